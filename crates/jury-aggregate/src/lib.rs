@@ -1,0 +1,84 @@
+//! Reference-free aggregation of a jury's judgments into one posterior per example.
+//!
+//! Every aggregator reads only a [`Judgments`] matrix (never labels, never files) and
+//! returns an [`Aggregation`]: validated posteriors, hard labels decided by an explicit
+//! tie rule, and method-specific diagnostics. Context-dependent (neural) aggregators live
+//! in their own crate; this one holds the context-free methods of the SkillAggregation
+//! paper's Appendix C.
+
+mod average;
+mod dawid_skene;
+mod ties;
+mod vote;
+
+pub use average::AverageProb;
+pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
+pub use ties::TieBreak;
+pub use vote::MajorityVote;
+
+use jury_core::{CoreError, Judgments, Posteriors};
+
+/// What an aggregator could not do with valid input.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AggregateError {
+    #[error("{method}: the judgments matrix has no examples")]
+    Empty { method: &'static str },
+    #[error("{method}: {reason}")]
+    Config { method: &'static str, reason: String },
+    #[error("{method}: produced invalid posteriors (a bug): {source}")]
+    Internal { method: &'static str, source: CoreError },
+}
+
+/// A method that combines judges without reference labels.
+pub trait Aggregator {
+    /// Short stable name used in file columns and reports (`avg`, `mv`, `ds`).
+    fn name(&self) -> &'static str;
+    fn aggregate(&self, judgments: &Judgments) -> Result<Aggregation, AggregateError>;
+}
+
+/// The result of one aggregator on one judgments matrix, in its example order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregation {
+    posteriors: Posteriors,
+    labels: Vec<usize>,
+    diagnostics: Diagnostics,
+}
+
+impl Aggregation {
+    pub fn posteriors(&self) -> &Posteriors {
+        &self.posteriors
+    }
+
+    /// Hard label per example (the posterior's argmax, ties by the method's rule).
+    pub fn labels(&self) -> &[usize] {
+        &self.labels
+    }
+
+    pub fn diagnostics(&self) -> &Diagnostics {
+        &self.diagnostics
+    }
+}
+
+/// Method-specific facts about a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Diagnostics {
+    /// Averaging or voting: how many examples had a tie for the top class, and how many
+    /// had no judgment at all (their posterior is uniform).
+    Counting { ties: usize, unjudged: usize },
+    DawidSkene(EmReport),
+}
+
+fn finish(
+    method: &'static str,
+    n_classes: usize,
+    values: Vec<f64>,
+    labels: Vec<usize>,
+    diagnostics: Diagnostics,
+) -> Result<Aggregation, AggregateError> {
+    let posteriors =
+        Posteriors::new(n_classes, values).map_err(|source| AggregateError::Internal { method, source })?;
+    Ok(Aggregation { posteriors, labels, diagnostics })
+}
+
+#[cfg(test)]
+mod testutil;

@@ -1,0 +1,123 @@
+//! Properties every aggregator must keep on arbitrary small juries with missing entries.
+
+use jury_aggregate::{
+    Aggregation, Aggregator, AverageProb, ClassPrior, DawidSkene, DawidSkeneConfig, Diagnostics, EmInit, MajorityVote,
+    TieBreak,
+};
+use jury_core::Judgments;
+use proptest::prelude::*;
+
+/// A random jury: C classes, N examples, K judges, each entry missing or a probability
+/// vector (random direction, so some entries are exact ties or certainties).
+fn jury() -> impl Strategy<Value = Judgments> {
+    (2usize..4, 1usize..40, 1usize..7).prop_flat_map(|(c, n, k)| {
+        let entry = prop::option::weighted(0.8, prop::collection::vec(0u8..=4, c));
+        prop::collection::vec(entry, n * k).prop_map(move |entries| {
+            let entries = entries
+                .into_iter()
+                .map(|e| {
+                    e.map(|w| {
+                        let w: Vec<f64> = w.iter().map(|&x| f64::from(x)).collect();
+                        let s: f64 = w.iter().sum();
+                        if s == 0.0 { vec![1.0 / c as f64; c] } else { w.iter().map(|x| x / s).collect() }
+                    })
+                })
+                .collect();
+            Judgments::from_entries(
+                (0..n).map(|i| format!("e{i}")).collect(),
+                (0..k).map(|i| format!("j{i}")).collect(),
+                c,
+                entries,
+            )
+            .unwrap()
+        })
+    })
+}
+
+fn methods() -> Vec<Box<dyn Aggregator>> {
+    let ds = |prior, init| {
+        Box::new(DawidSkene::new(DawidSkeneConfig { prior, init, max_iter: 50, tol: 1e-10, ties: TieBreak::Positive }))
+            as Box<dyn Aggregator>
+    };
+    vec![
+        Box::new(AverageProb { ties: TieBreak::Positive }),
+        Box::new(MajorityVote { ties: TieBreak::Negative }),
+        ds(ClassPrior::Uniform, EmInit::MajorityVote),
+        ds(ClassPrior::Learned, EmInit::MajorityVote),
+        ds(ClassPrior::Learned, EmInit::Random { seed: 1 }),
+    ]
+}
+
+fn close(a: &Aggregation, b: &Aggregation) -> bool {
+    a.posteriors().rows().zip(b.posteriors().rows()).all(|(x, y)| x.iter().zip(y).all(|(p, q)| (p - q).abs() < 1e-9))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn posteriors_are_distributions_and_labels_are_argmax(j in jury()) {
+        for m in methods() {
+            let a = m.aggregate(&j).unwrap();
+            prop_assert_eq!(a.posteriors().len(), j.n_examples());
+            for (row, &label) in a.posteriors().rows().zip(a.labels()) {
+                prop_assert!(row.iter().all(|p| (0.0..=1.0).contains(p)), "{} {:?}", m.name(), row);
+                prop_assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+                let max = row.iter().copied().fold(f64::MIN, f64::max);
+                prop_assert!(max - row[label] < 1e-9, "{}: label {} is not an argmax of {:?}", m.name(), label, row);
+            }
+        }
+    }
+
+    #[test]
+    fn invariant_to_judge_order(j in jury(), seed in any::<u64>()) {
+        let mut order: Vec<usize> = (0..j.n_judges()).collect();
+        // A seeded Fisher-Yates shuffle.
+        let mut s = seed;
+        for i in (1..order.len()).rev() {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            order.swap(i, (s >> 33) as usize % (i + 1));
+        }
+        let p = j.reorder_judges(&order).unwrap();
+        // Random EM initialisation draws per judge position, so only the deterministic
+        // start is order-free.
+        for m in methods().into_iter().take(4) {
+            prop_assert!(close(&m.aggregate(&j).unwrap(), &m.aggregate(&p).unwrap()), "{}", m.name());
+        }
+    }
+
+    #[test]
+    fn em_log_likelihood_never_decreases(j in jury()) {
+        for m in methods().into_iter().skip(2) {
+            let a = m.aggregate(&j).unwrap();
+            let Diagnostics::DawidSkene(r) = a.diagnostics() else { panic!("not EM") };
+            for w in r.log_likelihood.windows(2) {
+                prop_assert!(w[1] >= w[0] - 1e-9 * w[0].abs().max(1.0), "{:?}", r.log_likelihood);
+            }
+            prop_assert!(r.log_likelihood.iter().all(|l| l.is_finite()));
+        }
+    }
+
+    #[test]
+    fn perfect_judges_are_recovered_exactly(
+        truth in prop::collection::vec(0usize..3, 1..60),
+        k in 1usize..6,
+        conf in 0.51f64..=1.0,
+    ) {
+        let c = 3;
+        let entries = truth.iter().flat_map(|&t| (0..k).map(move |_| {
+            let mut p = vec![(1.0 - conf) / 2.0; c];
+            p[t] = conf;
+            Some(p)
+        })).collect();
+        let j = Judgments::from_entries(
+            (0..truth.len()).map(|i| format!("e{i}")).collect(),
+            (0..k).map(|i| format!("j{i}")).collect(),
+            c,
+            entries,
+        ).unwrap();
+        for m in methods() {
+            prop_assert_eq!(m.aggregate(&j).unwrap().labels(), truth.as_slice(), "{}", m.name());
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The N examples x K judges x C classes matrix that aggregators read, with missing entries.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use crate::{CoreError, argmax, normalize_prob_vector};
+
+/// A validated judgments matrix.
+///
+/// Invariants: every present entry is a probability vector of length `n_classes` summing
+/// to 1; `n_classes >= 2`; example ids and judge names are unique. For binary tasks class
+/// 1 is the positive class ("Yes", "A") and an entry is `[1 - p, p]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgments {
+    example_ids: Vec<String>,
+    judge_names: Vec<String>,
+    n_classes: usize,
+    /// Row-major `[example][judge][class]`; zeros where the entry is missing.
+    probs: Vec<f64>,
+    /// Row-major `[example][judge]`.
+    present: Vec<bool>,
+}
+
+impl Judgments {
+    /// Builds from a dense row-major (example-major) list of N x K optional entries.
+    pub fn from_entries(
+        example_ids: Vec<String>,
+        judge_names: Vec<String>,
+        n_classes: usize,
+        entries: Vec<Option<Vec<f64>>>,
+    ) -> Result<Self, CoreError> {
+        let (n, k) = (example_ids.len(), judge_names.len());
+        if entries.len() != n * k {
+            return Err(CoreError::Shape { what: "judgment entries", expected: n * k, got: entries.len() });
+        }
+        let mut b = JudgmentsBuilder::new(n_classes)?;
+        for id in &example_ids {
+            b.example(id);
+        }
+        for name in &judge_names {
+            b.judge(name);
+        }
+        for (i, e) in entries.into_iter().enumerate() {
+            b.push(&example_ids[i / k], &judge_names[i % k], e)?;
+        }
+        Ok(b.build())
+    }
+
+    pub fn n_examples(&self) -> usize {
+        self.example_ids.len()
+    }
+
+    pub fn n_judges(&self) -> usize {
+        self.judge_names.len()
+    }
+
+    pub fn n_classes(&self) -> usize {
+        self.n_classes
+    }
+
+    pub fn example_ids(&self) -> &[String] {
+        &self.example_ids
+    }
+
+    pub fn judge_names(&self) -> &[String] {
+        &self.judge_names
+    }
+
+    /// Judge `k`'s probability vector on example `n`, or `None` when missing.
+    pub fn get(&self, n: usize, k: usize) -> Option<&[f64]> {
+        let idx = n * self.n_judges() + k;
+        self.present[idx].then(|| &self.probs[idx * self.n_classes..(idx + 1) * self.n_classes])
+    }
+
+    /// Judge `k`'s hard vote on example `n` (argmax, lowest class on exact ties, so a
+    /// binary `p = 0.5` votes 0 as in the paper's `b = 1[y > 0.5]`).
+    pub fn vote(&self, n: usize, k: usize) -> Option<usize> {
+        self.get(n, k).map(argmax)
+    }
+
+    /// Number of present entries.
+    pub fn n_present(&self) -> usize {
+        self.present.iter().filter(|&&p| p).count()
+    }
+
+    /// The same data with judges in the order `order` (indices into the current judges).
+    /// Used to check that aggregators do not depend on judge order.
+    pub fn reorder_judges(&self, order: &[usize]) -> Result<Self, CoreError> {
+        let mut sorted = order.to_vec();
+        sorted.sort_unstable();
+        if sorted != (0..self.n_judges()).collect::<Vec<_>>() {
+            return Err(CoreError::Shape { what: "judge permutation", expected: self.n_judges(), got: order.len() });
+        }
+        let names = order.iter().map(|&k| self.judge_names[k].clone()).collect();
+        let entries = (0..self.n_examples())
+            .flat_map(|n| order.iter().map(move |&k| (n, k)))
+            .map(|(n, k)| self.get(n, k).map(<[f64]>::to_vec))
+            .collect();
+        Self::from_entries(self.example_ids.clone(), names, self.n_classes, entries)
+    }
+}
+
+/// Collects judgments one (example, judge) entry at a time, in any order.
+/// Examples and judges are numbered in order of first appearance.
+#[derive(Debug)]
+pub struct JudgmentsBuilder {
+    n_classes: usize,
+    example_index: HashMap<String, usize>,
+    judge_index: HashMap<String, usize>,
+    example_ids: Vec<String>,
+    judge_names: Vec<String>,
+    /// (example, judge) -> probabilities, or None for an explicitly missing entry.
+    entries: HashMap<(usize, usize), Option<Vec<f64>>>,
+}
+
+impl JudgmentsBuilder {
+    pub fn new(n_classes: usize) -> Result<Self, CoreError> {
+        if n_classes < 2 {
+            return Err(CoreError::TooFewClasses(n_classes));
+        }
+        Ok(Self {
+            n_classes,
+            example_index: HashMap::new(),
+            judge_index: HashMap::new(),
+            example_ids: Vec::new(),
+            judge_names: Vec::new(),
+            entries: HashMap::new(),
+        })
+    }
+
+    /// Registers an example (idempotent) and returns its index.
+    pub fn example(&mut self, id: &str) -> usize {
+        intern(&mut self.example_index, &mut self.example_ids, id)
+    }
+
+    /// Registers a judge (idempotent) and returns its index.
+    pub fn judge(&mut self, name: &str) -> usize {
+        intern(&mut self.judge_index, &mut self.judge_names, name)
+    }
+
+    /// Adds one entry; `None` records that the judge was asked but gave no usable answer.
+    pub fn push(&mut self, example: &str, judge: &str, probs: Option<Vec<f64>>) -> Result<(), CoreError> {
+        let probs = match probs {
+            Some(mut v) => {
+                normalize_prob_vector(&mut v, self.n_classes)?;
+                Some(v)
+            }
+            None => None,
+        };
+        let key = (self.example(example), self.judge(judge));
+        match self.entries.entry(key) {
+            Entry::Occupied(_) => Err(CoreError::Duplicate { example: example.to_owned(), judge: judge.to_owned() }),
+            Entry::Vacant(slot) => {
+                slot.insert(probs);
+                Ok(())
+            }
+        }
+    }
+
+    /// Binary shorthand: `p` is the probability of the positive class (class 1).
+    pub fn push_binary(&mut self, example: &str, judge: &str, p: Option<f64>) -> Result<(), CoreError> {
+        if self.n_classes != 2 {
+            return Err(CoreError::WrongClassCount { got: 2, expected: self.n_classes });
+        }
+        self.push(example, judge, p.map(|p| vec![1.0 - p, p]))
+    }
+
+    pub fn build(self) -> Judgments {
+        let (n, k, c) = (self.example_ids.len(), self.judge_names.len(), self.n_classes);
+        let mut probs = vec![0.0; n * k * c];
+        let mut present = vec![false; n * k];
+        for ((e, j), v) in self.entries {
+            if let Some(v) = v {
+                let idx = e * k + j;
+                present[idx] = true;
+                probs[idx * c..(idx + 1) * c].copy_from_slice(&v);
+            }
+        }
+        Judgments { example_ids: self.example_ids, judge_names: self.judge_names, n_classes: c, probs, present }
+    }
+}
+
+fn intern(index: &mut HashMap<String, usize>, names: &mut Vec<String>, name: &str) -> usize {
+    if let Some(&i) = index.get(name) {
+        return i;
+    }
+    names.push(name.to_owned());
+    index.insert(name.to_owned(), names.len() - 1);
+    names.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_keeps_first_appearance_order_and_missing_entries() {
+        let mut b = JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e2", "j1", Some(0.9)).unwrap();
+        b.push_binary("e1", "j2", Some(0.2)).unwrap();
+        b.push_binary("e1", "j1", None).unwrap();
+        let j = b.build();
+        assert_eq!(j.example_ids(), ["e2", "e1"]);
+        assert_eq!(j.judge_names(), ["j1", "j2"]);
+        assert_eq!(j.get(0, 0), Some(&[0.09999999999999998, 0.9][..]));
+        assert_eq!(j.get(0, 1), None);
+        assert_eq!(j.get(1, 0), None);
+        assert_eq!(j.vote(1, 1), Some(0));
+        assert_eq!(j.n_present(), 2);
+    }
+
+    #[test]
+    fn duplicates_and_bad_vectors_are_rejected() {
+        let mut b = JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e", "j", Some(0.5)).unwrap();
+        let err = b.push_binary("e", "j", None).unwrap_err();
+        assert_eq!(err.to_string(), "duplicate judgment for example `e` by judge `j`");
+        assert!(b.push_binary("e", "k", Some(1.5)).is_err());
+        assert!(b.push("e", "k", Some(vec![0.5, 0.5, 0.0])).is_err());
+        assert!(JudgmentsBuilder::new(1).is_err());
+    }
+
+    #[test]
+    fn half_votes_negative() {
+        let mut b = JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e", "j", Some(0.5)).unwrap();
+        assert_eq!(b.build().vote(0, 0), Some(0));
+    }
+
+    #[test]
+    fn reorder_judges_permutes_columns() {
+        let j = Judgments::from_entries(
+            vec!["a".into()],
+            vec!["x".into(), "y".into()],
+            2,
+            vec![Some(vec![0.1, 0.9]), None],
+        )
+        .unwrap();
+        let r = j.reorder_judges(&[1, 0]).unwrap();
+        assert_eq!(r.judge_names(), ["y", "x"]);
+        assert_eq!(r.get(0, 0), None);
+        assert_eq!(r.get(0, 1), Some(&[0.1, 0.9][..]));
+        assert!(j.reorder_judges(&[0, 0]).is_err());
+    }
+}

@@ -1,0 +1,56 @@
+//! The judgment data model every other crate speaks: checked probabilities, a validated
+//! examples x judges x classes matrix with missing entries, labels and posteriors.
+//!
+//! Nothing here does I/O or knows a file format; loaders build these types and
+//! algorithms consume them. Every constructor validates, so a value of one of these
+//! types is proof that its invariants hold (probabilities finite and in [0, 1], vectors
+//! summing to one, no duplicate (example, judge) pair, labels inside the class range).
+
+mod judgments;
+mod labels;
+mod posteriors;
+mod prob;
+
+pub use judgments::{Judgments, JudgmentsBuilder};
+pub use labels::Labels;
+pub use posteriors::Posteriors;
+pub use prob::{Prob, normalize_prob_vector};
+
+/// How far a probability vector's sum may be from 1 before it is rejected. Judges write
+/// 32-bit floats and text files round, so exact equality is too strict; anything within
+/// this is renormalised.
+pub const SUM_TOLERANCE: f64 = 1e-3;
+
+/// Invalid data handed to a constructor of this crate. Messages name the example and
+/// judge; callers that read files add the file and row.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CoreError {
+    #[error("probability {value} is not a finite number in [0, 1]")]
+    ProbOutOfRange { value: f64 },
+    #[error("probability vector sums to {sum}, not 1 (tolerance {SUM_TOLERANCE})")]
+    BadSum { sum: f64 },
+    #[error("probability vector has {got} entries, expected {expected} (one per class)")]
+    WrongClassCount { got: usize, expected: usize },
+    #[error("at least 2 classes are needed, got {0}")]
+    TooFewClasses(usize),
+    #[error("duplicate judgment for example `{example}` by judge `{judge}`")]
+    Duplicate { example: String, judge: String },
+    #[error("label {label} for example `{example}` is outside 0..{n_classes}")]
+    LabelOutOfRange { example: String, label: usize, n_classes: usize },
+    #[error("{what}: expected {expected} entries, got {got}")]
+    Shape { what: &'static str, expected: usize, got: usize },
+    #[error("posterior row {row} is not a probability vector: {reason}")]
+    BadPosterior { row: usize, reason: String },
+}
+
+/// Index of the largest entry; the lowest index wins exact ties. This is the paper's
+/// vote rule `b = 1[y > 0.5]` generalised to C classes (a binary 0.5 votes class 0).
+pub fn argmax(v: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate().skip(1) {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}

@@ -1,0 +1,36 @@
+//! Judgment and label tables on disk (CSV, JSON Lines, JSON, Parquet) and atomic output
+//! files. The only crate that knows polars or file formats.
+//!
+//! Invariant: every error names the file, and for bad values the line (CSV, JSON Lines)
+//! or row (JSON array, Parquet) and column, so a user can fix the input without
+//! guessing. Outputs are written to a temporary file in the target directory and renamed
+//! into place, so a reader never sees a half-written file.
+
+mod table;
+mod write;
+
+pub use table::{read_judgments, read_labels};
+pub use write::{csv_field, write_atomic};
+
+use std::path::PathBuf;
+
+/// A problem with an input or output file.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error("{}: unsupported file type (expected .csv, .jsonl, .ndjson, .json or .parquet)", path.display())]
+    UnknownFormat { path: PathBuf },
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: Box<dyn std::error::Error + Send + Sync> },
+    #[error("{}: missing column `{column}` (columns found: {found})", path.display())]
+    MissingColumn { path: PathBuf, column: String, found: String },
+    #[error("{}: no probability columns: expected `p` (binary), `probs` (a list) or `p0`, `p1`, ... (columns found: {found})", path.display())]
+    NoProbColumns { path: PathBuf, found: String },
+    #[error("{}: has no rows", path.display())]
+    Empty { path: PathBuf },
+    #[error("{} {row}: column `{column}`: {reason}", path.display())]
+    Field { path: PathBuf, row: String, column: String, reason: String },
+    #[error("{} {row}: {source}", path.display())]
+    Entry { path: PathBuf, row: String, source: jury_core::CoreError },
+    #[error("{}: cannot write: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+}

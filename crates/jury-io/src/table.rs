@@ -1,0 +1,383 @@
+//! Reads the long judgments table and the labels table through polars.
+//!
+//! Judgments: one row per (example, judge) with columns `example_id`, `judge` and
+//! either `p` (binary: probability of the positive class), `probs` (a list of C
+//! probabilities; in CSV a JSON array in a string) or `p0`, `p1`, ... `p{C-1}`. When
+//! more than one form is present, `probs` wins over `p0...` which wins over `p`. An empty
+//! (null) probability records the judge as asked but without a usable answer, which
+//! aggregators treat as missing.
+//!
+//! Labels: columns `example_id` and `label` (a class index; for two classes also
+//! yes/no/true/false, yes = 1 = positive).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
+use polars::prelude::*;
+
+use crate::IoError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Csv,
+    JsonLines,
+    JsonArray,
+    Parquet,
+}
+
+impl Format {
+    fn of(path: &Path) -> Result<Self, IoError> {
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("csv") => Ok(Format::Csv),
+            Some("jsonl" | "ndjson") => Ok(Format::JsonLines),
+            Some("json") => Ok(Format::JsonArray),
+            Some("parquet" | "pq") => Ok(Format::Parquet),
+            _ => Err(IoError::UnknownFormat { path: path.to_owned() }),
+        }
+    }
+
+    /// Where data row `i` (0-based) sits in the file, in the words an editor uses.
+    fn locate(self, i: usize) -> String {
+        match self {
+            Format::Csv => format!("line {}", i + 2),
+            Format::JsonLines => format!("line {}", i + 1),
+            Format::JsonArray => format!("record {}", i + 1),
+            Format::Parquet => format!("row {}", i + 1),
+        }
+    }
+}
+
+/// A loaded table that knows how to describe its own rows in errors.
+struct Table {
+    path: PathBuf,
+    format: Format,
+    df: DataFrame,
+}
+
+impl Table {
+    fn load(path: &Path) -> Result<Self, IoError> {
+        let format = Format::of(path)?;
+        let read_err = |e: PolarsError| IoError::Read { path: path.to_owned(), source: Box::new(e) };
+        let open = || File::open(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) });
+        let df = match format {
+            // Every CSV column is read as text and parsed here, so a bad value is reported
+            // with its line instead of silently becoming null or changing a column's type.
+            Format::Csv => CsvReadOptions::default()
+                .with_has_header(true)
+                .with_infer_schema_length(Some(0))
+                .try_into_reader_with_file_path(Some(path.to_owned()))
+                .and_then(|r| r.finish())
+                .map_err(read_err)?,
+            Format::JsonLines | Format::JsonArray => {
+                let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
+                JsonReader::new(open()?)
+                    .with_json_format(json_format)
+                    .infer_schema_len(None)
+                    .finish()
+                    .map_err(read_err)?
+            }
+            Format::Parquet => ParquetReader::new(open()?).finish().map_err(read_err)?,
+        };
+        if df.height() == 0 {
+            return Err(IoError::Empty { path: path.to_owned() });
+        }
+        Ok(Self { path: path.to_owned(), format, df })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.df.column(name).is_ok()
+    }
+
+    fn column_names(&self) -> String {
+        let names: Vec<String> = self.df.get_column_names().iter().map(|n| format!("`{n}`")).collect();
+        names.join(", ")
+    }
+
+    fn series(&self, name: &str) -> Result<Series, IoError> {
+        self.df
+            .column(name)
+            .map(|c| c.as_materialized_series().clone())
+            .map_err(|_| IoError::MissingColumn { path: self.path.clone(), column: name.to_owned(), found: self.column_names() })
+    }
+
+    fn field_err(&self, row: usize, column: &str, reason: impl Into<String>) -> IoError {
+        IoError::Field { path: self.path.clone(), row: self.format.locate(row), column: column.to_owned(), reason: reason.into() }
+    }
+
+    fn column_err(&self, column: &str, reason: impl Into<String>) -> IoError {
+        IoError::Field { path: self.path.clone(), row: "(every row)".into(), column: column.to_owned(), reason: reason.into() }
+    }
+
+    fn entry_err(&self, row: usize, source: CoreError) -> IoError {
+        IoError::Entry { path: self.path.clone(), row: self.format.locate(row), source }
+    }
+
+    /// A text column (numbers are accepted and printed as text); null stays `None`.
+    fn strings(&self, name: &str) -> Result<Vec<Option<String>>, IoError> {
+        let s = self.series(name)?;
+        let s = if s.dtype() == &DataType::String {
+            s
+        } else if s.dtype().is_primitive_numeric() || s.dtype().is_bool() {
+            s.cast(&DataType::String).map_err(|e| self.column_err(name, e.to_string()))?
+        } else {
+            return Err(self.column_err(name, format!("has type {}, expected text", s.dtype())));
+        };
+        let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
+        Ok(ca.into_iter().map(|v| v.map(str::to_owned)).collect())
+    }
+
+    /// A numeric column; text cells are parsed, and a cell that is not a number is an
+    /// error naming its row.
+    fn floats(&self, name: &str) -> Result<Vec<Option<f64>>, IoError> {
+        let s = self.series(name)?;
+        if s.dtype() == &DataType::String {
+            let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
+            return ca
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| match v.map(str::trim) {
+                    None | Some("") => Ok(None),
+                    Some(t) => t.parse::<f64>().map(Some).map_err(|_| self.field_err(i, name, format!("`{t}` is not a number"))),
+                })
+                .collect();
+        }
+        if !(s.dtype().is_primitive_numeric() || s.dtype().is_bool()) {
+            return Err(self.column_err(name, format!("has type {}, expected numbers", s.dtype())));
+        }
+        let s = s.cast(&DataType::Float64).map_err(|e| self.column_err(name, e.to_string()))?;
+        let ca = s.f64().map_err(|e| self.column_err(name, e.to_string()))?;
+        Ok(ca.into_iter().collect())
+    }
+
+    /// A list-of-numbers column; in text formats each cell holds a JSON array.
+    fn float_lists(&self, name: &str) -> Result<Vec<Option<Vec<f64>>>, IoError> {
+        let s = self.series(name)?;
+        match s.dtype() {
+            DataType::String => {
+                let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
+                ca.into_iter()
+                    .enumerate()
+                    .map(|(i, v)| match v.map(str::trim) {
+                        None | Some("") => Ok(None),
+                        Some(t) => serde_json::from_str::<Vec<f64>>(t)
+                            .map(Some)
+                            .map_err(|_| self.field_err(i, name, format!("`{t}` is not a JSON array of numbers"))),
+                    })
+                    .collect()
+            }
+            DataType::List(_) => {
+                let ca = s.list().map_err(|e| self.column_err(name, e.to_string()))?;
+                ca.into_iter()
+                    .enumerate()
+                    .map(|(i, v)| match v {
+                        None => Ok(None),
+                        Some(inner) => {
+                            let f = inner
+                                .cast(&DataType::Float64)
+                                .map_err(|e| self.field_err(i, name, format!("not a list of numbers: {e}")))?;
+                            let ca = f.f64().map_err(|e| self.field_err(i, name, e.to_string()))?;
+                            ca.into_iter()
+                                .map(|x| x.ok_or_else(|| self.field_err(i, name, "list holds an empty or non-numeric value")))
+                                .collect::<Result<Vec<f64>, _>>()
+                                .map(Some)
+                        }
+                    })
+                    .collect()
+            }
+            other => Err(self.column_err(name, format!("has type {other}, expected a list of numbers"))),
+        }
+    }
+
+    /// Required non-empty text per row.
+    fn required_strings(&self, name: &str) -> Result<Vec<String>, IoError> {
+        self.strings(name)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Some(v) if !v.trim().is_empty() => Ok(v),
+                _ => Err(self.field_err(i, name, "empty value")),
+            })
+            .collect()
+    }
+}
+
+/// How the probabilities are laid out in a judgments table.
+enum ProbColumns {
+    Binary(Vec<Option<f64>>),
+    PerClass(Vec<Vec<Option<f64>>>),
+    Lists(Vec<Option<Vec<f64>>>),
+}
+
+/// Reads a judgments table (CSV, JSON Lines, JSON array or Parquet, by extension).
+pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
+    let t = Table::load(path)?;
+    let ids = t.required_strings("example_id")?;
+    let judges = t.required_strings("judge")?;
+    let probs = if t.has("probs") {
+        ProbColumns::Lists(t.float_lists("probs")?)
+    } else if t.has("p0") {
+        let names: Vec<String> = (0..).map(|c| format!("p{c}")).take_while(|n| t.has(n)).collect();
+        if names.len() < 2 {
+            return Err(IoError::MissingColumn { path: path.to_owned(), column: "p1".into(), found: t.column_names() });
+        }
+        ProbColumns::PerClass(names.iter().map(|n| t.floats(n)).collect::<Result<_, _>>()?)
+    } else if t.has("p") {
+        ProbColumns::Binary(t.floats("p")?)
+    } else {
+        return Err(IoError::NoProbColumns { path: path.to_owned(), found: t.column_names() });
+    };
+    let n_classes = match &probs {
+        ProbColumns::Binary(_) => 2,
+        ProbColumns::PerClass(cols) => cols.len(),
+        ProbColumns::Lists(rows) => rows.iter().flatten().map(Vec::len).next().unwrap_or(2),
+    };
+    let mut builder = JudgmentsBuilder::new(n_classes).map_err(|e| t.entry_err(0, e))?;
+    for (i, (id, judge)) in ids.iter().zip(&judges).enumerate() {
+        let entry = match &probs {
+            // Checked before expanding so the error names the `p` the user wrote.
+            ProbColumns::Binary(p) => match p[i] {
+                Some(x) => Some(vec![1.0 - jury_core::Prob::new(x).map_err(|e| t.entry_err(i, e))?.get(), x]),
+                None => None,
+            },
+            ProbColumns::Lists(rows) => rows[i].clone(),
+            ProbColumns::PerClass(cols) => {
+                let row: Vec<Option<f64>> = cols.iter().map(|c| c[i]).collect();
+                match row.iter().filter(|x| x.is_some()).count() {
+                    0 => None,
+                    n if n == n_classes => Some(row.into_iter().flatten().collect()),
+                    _ => return Err(t.field_err(i, "p0", "some class probabilities are empty and others are not")),
+                }
+            }
+        };
+        builder.push(id, judge, entry).map_err(|e| t.entry_err(i, e))?;
+    }
+    Ok(builder.build())
+}
+
+/// Reads a labels table and aligns it to `judgments`. Returns the labels and the number
+/// of labeled examples that the judgments do not contain.
+pub fn read_labels(path: &Path, judgments: &Judgments) -> Result<(Labels, usize), IoError> {
+    let t = Table::load(path)?;
+    let ids = t.required_strings("example_id")?;
+    let n_classes = judgments.n_classes();
+    let raw = t.strings("label")?;
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut pairs = Vec::with_capacity(ids.len());
+    for (i, (id, label)) in ids.iter().zip(&raw).enumerate() {
+        let Some(text) = label.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+            return Err(t.field_err(i, "label", "empty value"));
+        };
+        let label = parse_label(text, n_classes).ok_or_else(|| {
+            let allowed = if n_classes == 2 { "0, 1, yes, no, true or false" } else { "a class index" };
+            t.field_err(i, "label", format!("`{text}` is not a label (expected {allowed}, below {n_classes})"))
+        })?;
+        if let Some(first) = seen.insert(id, i) {
+            return Err(t.field_err(i, "example_id", format!("duplicate label for `{id}` (first at {})", t.format.locate(first))));
+        }
+        pairs.push((id.as_str(), label));
+    }
+    Labels::align(judgments, pairs).map_err(|e| t.entry_err(0, e))
+}
+
+fn parse_label(text: &str, n_classes: usize) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    let value = match lower.as_str() {
+        "yes" | "true" if n_classes == 2 => 1,
+        "no" | "false" if n_classes == 2 => 0,
+        _ => {
+            // Integers written as floats ("1.0", from numeric JSON/Parquet columns) are fine.
+            let x: f64 = lower.parse().ok()?;
+            if x.fract() != 0.0 || x < 0.0 {
+                return None;
+            }
+            x as usize
+        }
+    };
+    (value < n_classes).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_same_table_in_every_format_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = write(dir.path(), "j.csv", "example_id,judge,p\n1,a,0.9\n1,b,\n2,a,0.25\n");
+        let jsonl = write(
+            dir.path(),
+            "j.jsonl",
+            "{\"example_id\":1,\"judge\":\"a\",\"p\":0.9}\n{\"example_id\":1,\"judge\":\"b\",\"p\":null}\n{\"example_id\":2,\"judge\":\"a\",\"p\":0.25}\n",
+        );
+        let json = write(
+            dir.path(),
+            "j.json",
+            "[{\"example_id\":\"1\",\"judge\":\"a\",\"p\":0.9},{\"example_id\":\"1\",\"judge\":\"b\",\"p\":null},{\"example_id\":\"2\",\"judge\":\"a\",\"p\":0.25}]",
+        );
+        let parquet = dir.path().join("j.parquet");
+        let mut df = df!(
+            "example_id" => ["1", "1", "2"],
+            "judge" => ["a", "b", "a"],
+            "p" => [Some(0.9), None, Some(0.25)],
+        )
+        .unwrap();
+        ParquetWriter::new(File::create(&parquet).unwrap()).finish(&mut df).unwrap();
+
+        let want = read_judgments(&csv).unwrap();
+        assert_eq!(want.example_ids(), ["1", "2"]);
+        assert_eq!(want.judge_names(), ["a", "b"]);
+        assert_eq!(want.get(0, 1), None, "empty p is a missing entry");
+        assert_eq!(want.get(1, 0), Some(&[0.75, 0.25][..]));
+        for p in [jsonl, json, parquet] {
+            assert_eq!(read_judgments(&p).unwrap(), want, "{}", p.display());
+        }
+    }
+
+    #[test]
+    fn multiclass_as_list_or_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let cols = write(dir.path(), "c.csv", "example_id,judge,p0,p1,p2\nx,a,0.2,0.3,0.5\nx,b,,,\n");
+        let list = write(dir.path(), "l.csv", "example_id,judge,probs\nx,a,\"[0.2,0.3,0.5]\"\nx,b,\n");
+        let jsonl = write(
+            dir.path(),
+            "l.jsonl",
+            "{\"example_id\":\"x\",\"judge\":\"a\",\"probs\":[0.2,0.3,0.5]}\n{\"example_id\":\"x\",\"judge\":\"b\",\"probs\":null}\n",
+        );
+        let want = read_judgments(&cols).unwrap();
+        assert_eq!(want.n_classes(), 3);
+        assert_eq!(want.get(0, 0), Some(&[0.2, 0.3, 0.5][..]));
+        assert_eq!(read_judgments(&list).unwrap(), want);
+        assert_eq!(read_judgments(&jsonl).unwrap(), want);
+        let bad = write(dir.path(), "b.csv", "example_id,judge,p0,p1,p2\nx,a,0.2,,0.5\n");
+        let e = read_judgments(&bad).unwrap_err().to_string();
+        assert!(e.ends_with("b.csv line 2: column `p0`: some class probabilities are empty and others are not"), "{e}");
+        let short = write(dir.path(), "s.jsonl", "{\"example_id\":\"x\",\"judge\":\"a\",\"probs\":[0.2,0.3,0.5]}\n{\"example_id\":\"y\",\"judge\":\"a\",\"probs\":[0.5,0.5]}\n");
+        let e = read_judgments(&short).unwrap_err().to_string();
+        assert!(e.ends_with("s.jsonl line 2: probability vector has 2 entries, expected 3 (one per class)"), "{e}");
+    }
+
+    #[test]
+    fn labels_accept_words_and_reject_out_of_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = write(dir.path(), "j.csv", "example_id,judge,p\na,x,0.9\nb,x,0.1\nc,x,0.5\n");
+        let judgments = read_judgments(&j).unwrap();
+        let l = write(dir.path(), "l.csv", "example_id,label\na,Yes\nb,0\nzzz,1\n");
+        let (labels, unmatched) = read_labels(&l, &judgments).unwrap();
+        assert_eq!(labels.as_slice(), &[Some(1), Some(0), None]);
+        assert_eq!(unmatched, 1);
+        let bad = write(dir.path(), "bad.csv", "example_id,label\na,2\n");
+        let e = read_labels(&bad, &judgments).unwrap_err().to_string();
+        assert!(e.contains("bad.csv line 2: column `label`: `2` is not a label"), "{e}");
+        let empty = write(dir.path(), "e.csv", "example_id,label\n");
+        assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
+    }
+}

@@ -1,0 +1,161 @@
+//! Scores posteriors and judges against reference labels; the only crate that reads labels.
+//!
+//! Every metric is computed over the examples that have a label and returns `None` when
+//! there are none, so an unlabeled run can never report a made-up score.
+
+use jury_core::{Judgments, Labels, Posteriors};
+
+/// Fraction of labeled examples whose predicted label matches. `predicted` is in the
+/// labels' example order.
+pub fn accuracy(predicted: &[usize], labels: &Labels) -> Option<f64> {
+    let (hits, total) = predicted
+        .iter()
+        .zip(labels.as_slice())
+        .filter_map(|(p, l)| l.map(|l| usize::from(*p == l)))
+        .fold((0usize, 0usize), |(h, t), x| (h + x, t + 1));
+    (total > 0).then(|| hits as f64 / total as f64)
+}
+
+/// Each judge's accuracy (hard vote vs label) over the examples it judged that have a
+/// label; `None` for a judge with no such example.
+pub fn judge_accuracies(judgments: &Judgments, labels: &Labels) -> Vec<Option<f64>> {
+    (0..judgments.n_judges())
+        .map(|k| {
+            let (mut hits, mut total) = (0usize, 0usize);
+            for n in 0..judgments.n_examples() {
+                if let (Some(v), Some(l)) = (judgments.vote(n, k), labels.get(n)) {
+                    hits += usize::from(v == l);
+                    total += 1;
+                }
+            }
+            (total > 0).then(|| hits as f64 / total as f64)
+        })
+        .collect()
+}
+
+/// Brier score of the posteriors. Binary: mean of (P(positive) - y)^2, the usual
+/// binary form. C > 2: mean of sum over classes of (p_c - 1[c = y])^2 (Brier 1950).
+pub fn brier(posteriors: &Posteriors, labels: &Labels) -> Option<f64> {
+    let c = posteriors.n_classes();
+    let scores = posteriors.rows().zip(labels.as_slice()).filter_map(|(row, l)| {
+        l.map(|l| {
+            if c == 2 {
+                (row[1] - l as f64).powi(2)
+            } else {
+                row.iter().enumerate().map(|(i, p)| (p - f64::from(u8::from(i == l))).powi(2)).sum()
+            }
+        })
+    });
+    mean(scores)
+}
+
+/// Expected calibration error with `n_bins` equal-width bins over the confidence (the
+/// top posterior): sum over bins of |accuracy - mean confidence| weighted by bin size.
+/// The predicted class is the posterior's argmax.
+pub fn expected_calibration_error(posteriors: &Posteriors, labels: &Labels, n_bins: usize) -> Option<f64> {
+    let n_bins = n_bins.max(1);
+    let mut conf_sum = vec![0.0; n_bins];
+    let mut hits = vec![0usize; n_bins];
+    let mut count = vec![0usize; n_bins];
+    let predicted = posteriors.argmax_labels();
+    for ((row, l), p) in posteriors.rows().zip(labels.as_slice()).zip(predicted) {
+        let Some(l) = l else { continue };
+        let conf = row[p];
+        let b = ((conf * n_bins as f64) as usize).min(n_bins - 1);
+        conf_sum[b] += conf;
+        hits[b] += usize::from(p == *l);
+        count[b] += 1;
+    }
+    let total: usize = count.iter().sum();
+    (total > 0).then(|| {
+        (0..n_bins)
+            .filter(|&b| count[b] > 0)
+            .map(|b| (hits[b] as f64 - conf_sum[b]).abs() / total as f64)
+            .sum()
+    })
+}
+
+/// Pearson correlation of two equally long series; `None` if shorter than 2 or if either
+/// is constant.
+pub fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
+    if x.len() != y.len() || x.len() < 2 {
+        return None;
+    }
+    let mx = x.iter().sum::<f64>() / x.len() as f64;
+    let my = y.iter().sum::<f64>() / y.len() as f64;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx).powi(2);
+        syy += (b - my).powi(2);
+    }
+    (sxx > 0.0 && syy > 0.0).then(|| sxy / (sxx * syy).sqrt())
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let (s, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| s / n as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn labels(v: &[Option<usize>]) -> Labels {
+        Labels::new(2, v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn accuracy_skips_unlabeled() {
+        let l = labels(&[Some(1), None, Some(0), Some(0)]);
+        assert_eq!(accuracy(&[1, 0, 1, 0], &l), Some(2.0 / 3.0));
+        assert_eq!(accuracy(&[1], &labels(&[None])), None);
+    }
+
+    #[test]
+    fn judge_accuracy_counts_only_judged_labeled_examples() {
+        let j = Judgments::from_entries(
+            vec!["a".into(), "b".into(), "c".into()],
+            vec!["x".into(), "y".into()],
+            2,
+            vec![Some(vec![0.2, 0.8]), None, Some(vec![0.6, 0.4]), Some(vec![0.5, 0.5]), None, Some(vec![0.0, 1.0])],
+        )
+        .unwrap();
+        let l = labels(&[Some(1), Some(1), None]);
+        assert_eq!(judge_accuracies(&j, &l), vec![Some(0.5), Some(0.0)]);
+    }
+
+    #[test]
+    fn brier_and_ece_golden() {
+        // Hand-computed: Brier = ((0.9-1)^2 + (0.3-0)^2 + (0.6-0)^2) / 3 = 0.46 / 3.
+        let p = Posteriors::new(2, vec![0.1, 0.9, 0.7, 0.3, 0.4, 0.6]).unwrap();
+        let l = labels(&[Some(1), Some(0), Some(0)]);
+        assert!((brier(&p, &l).unwrap() - 0.46 / 3.0).abs() < 1e-12);
+        // Confidences 0.9 (right), 0.7 (right), 0.6 (wrong); 10 bins: bins 9, 7, 6.
+        // ECE = (|1-0.9| + |1-0.7| + |0-0.6|) / 3 = 1.0 / 3.
+        assert!((expected_calibration_error(&p, &l, 10).unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        let p3 = Posteriors::new(3, vec![0.2, 0.5, 0.3]).unwrap();
+        let l3 = Labels::new(3, vec![Some(2)]).unwrap();
+        assert!((brier(&p3, &l3).unwrap() - (0.04 + 0.25 + 0.49)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn pearson_golden() {
+        // numpy.corrcoef([1,2,3,4],[2,4,5,9])[0,1] = 0.9647638212377321 (= 11 / sqrt(130))
+        assert!((pearson(&[1., 2., 3., 4.], &[2., 4., 5., 9.]).unwrap() - 0.964_763_821_237_732_1).abs() < 1e-12);
+        assert_eq!(pearson(&[1., 1.], &[2., 3.]), None);
+        assert_eq!(pearson(&[1.], &[2.]), None);
+    }
+
+    proptest! {
+        #[test]
+        fn metric_ranges(rows in prop::collection::vec((0.0f64..=1.0, prop::option::of(0usize..2)), 1..60)) {
+            let p = Posteriors::new(2, rows.iter().flat_map(|(x, _)| [1.0 - x, *x]).collect()).unwrap();
+            let l = labels(&rows.iter().map(|(_, l)| *l).collect::<Vec<_>>());
+            if let Some(b) = brier(&p, &l) { prop_assert!((0.0..=1.0).contains(&b)); }
+            if let Some(e) = expected_calibration_error(&p, &l, 10) { prop_assert!((0.0..=1.0).contains(&e)); }
+            if let Some(a) = accuracy(&p.argmax_labels(), &l) { prop_assert!((0.0..=1.0).contains(&a)); }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! `jury aggregate` end to end: real files in, metrics and predictions out, bad input
+//! rejected with a one-line error, exit code 2 and nothing written.
+
+use std::fs;
+use std::path::Path;
+
+use jury_tests::{jury, repo_root};
+use serde_json::Value;
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn simulate(dir: &Path, examples: usize) {
+    let out = jury(&["simulate", "--examples", &examples.to_string(), "--seed", "7", "--out", path_str(dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn aggregates_and_scores_a_simulated_jury() {
+    let dir = tempfile::tempdir().unwrap();
+    simulate(dir.path(), 3000);
+    let out_dir = dir.path().join("out");
+    let out = jury(&[
+        "aggregate",
+        "--judgments",
+        path_str(&dir.path().join("judgments.csv")),
+        "--labels",
+        path_str(&dir.path().join("labels.csv")),
+        "--methods",
+        "avg,mv,ds",
+        "--ds-prior",
+        "learned",
+        "--out",
+        path_str(&out_dir),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("3000 examples, 6 judges, 2 classes, 3000 labeled"), "{stdout}");
+
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(m["n_examples"], 3000);
+    let judges = m["judges"].as_object().unwrap();
+    assert_eq!(judges.len(), 6);
+    let strong = judges["strong"]["accuracy"].as_f64().unwrap();
+    assert!((0.85..0.92).contains(&strong), "strong judge accuracy {strong}");
+    let acc = |name: &str| m["methods"][name]["accuracy"].as_f64().unwrap();
+    for name in ["avg", "mv", "ds"] {
+        assert!((0.0..=1.0).contains(&acc(name)));
+    }
+    // The simulated jury has a biased and a near-random judge: weighting must pay off.
+    assert!(acc("ds") > acc("mv") && acc("ds") > strong, "ds {} mv {} strong {strong}", acc("ds"), acc("mv"));
+    assert_eq!(m["methods"]["ds"]["converged"], true);
+
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    let mut lines = predictions.lines();
+    assert_eq!(lines.next().unwrap(), "example_id,label,avg_p,avg_label,mv_p,mv_label,ds_p,ds_label");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 3000);
+    let first: Vec<&str> = rows[0].split(',').collect();
+    assert_eq!(first.len(), 8);
+    let p: f64 = first[6].parse().unwrap();
+    assert!((0.0..=1.0).contains(&p));
+    assert_eq!(first[7], if p > 0.5 { "1" } else { "0" });
+}
+
+#[test]
+fn without_labels_still_writes_predictions() {
+    let dir = tempfile::tempdir().unwrap();
+    simulate(dir.path(), 200);
+    let out_dir = dir.path().join("out");
+    let j = dir.path().join("judgments.csv");
+    let out = jury(&["aggregate", "--judgments", path_str(&j), "--methods", "mv", "--out", path_str(&out_dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert!(m["methods"]["mv"]["accuracy"].is_null());
+    assert!(m["judges"]["strong"]["accuracy"].is_null());
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    assert!(predictions.starts_with("example_id,mv_p,mv_label\n"));
+    assert_eq!(predictions.lines().count(), 201);
+}
+
+/// Runs aggregate on `judgments` text (and optional labels text) and expects failure.
+fn expect_error(judgments: (&str, &str), labels: Option<&str>, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join(judgments.0);
+    fs::write(&j, judgments.1).unwrap();
+    let out_dir = dir.path().join("out");
+    let mut args = vec!["aggregate", "--judgments", path_str(&j), "--out", path_str(&out_dir)];
+    let l = dir.path().join("labels.csv");
+    if let Some(text) = labels {
+        fs::write(&l, text).unwrap();
+        args.extend(["--labels", path_str(&l)]);
+    }
+    args.extend(extra);
+    let out = jury(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one-line error expected: {stderr}");
+    assert!(!out_dir.exists(), "nothing may be written on error");
+    stderr
+}
+
+const GOOD: &str = "example_id,judge,p\na,j1,0.9\na,j2,0.2\nb,j1,0.4\nb,j2,0.3\n";
+
+#[test]
+fn bad_inputs_fail_with_file_and_row() {
+    let e = expect_error(("j.csv", "example_id,p\na,0.5\n"), None, &[]);
+    assert!(e.contains("j.csv: missing column `judge`"), "{e}");
+
+    let e = expect_error(("j.csv", "example_id,judge,p\na,j1,0.9\na,j2,1.3\n"), None, &[]);
+    assert!(e.contains("j.csv line 3: probability 1.3 is not a finite number in [0, 1]"), "{e}");
+
+    let e = expect_error(("j.csv", "example_id,judge,p\na,j1,0.9\nb,j1,0.2\na,j1,0.1\n"), None, &[]);
+    assert!(e.contains("j.csv line 4: duplicate judgment for example `a` by judge `j1`"), "{e}");
+
+    let e = expect_error(("j.csv", "example_id,judge,p\na,j1,high\n"), None, &[]);
+    assert!(e.contains("j.csv line 2: column `p`: `high` is not a number"), "{e}");
+
+    let e = expect_error(("j.jsonl", "{\"example_id\": \"a\", \"judge\": \"j\", \"p\": 0.5}\n{\"example_id\": \"b\", \"judge\": \"j\", \"p\": -0.1}\n"), None, &[]);
+    assert!(e.contains("j.jsonl line 2: probability -0.1"), "{e}");
+
+    let e = expect_error(("j.csv", GOOD), Some("example_id,label\na,1\nb,maybe\n"), &[]);
+    assert!(e.contains("labels.csv line 3: column `label`: `maybe` is not a label"), "{e}");
+
+    let e = expect_error(("j.csv", GOOD), Some("example_id,label\na,1\na,0\n"), &[]);
+    assert!(e.contains("labels.csv line 3: column `example_id`: duplicate label for `a` (first at line 2)"), "{e}");
+
+    let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,crowdlayer"]);
+    assert!(e.contains("unknown method `crowdlayer` in --methods (known: avg, mv, ds)"), "{e}");
+
+    let e = expect_error(("j.txt", GOOD), None, &[]);
+    assert!(e.contains("j.txt: unsupported file type"), "{e}");
+}
+
+#[test]
+fn unreadable_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.csv");
+    let out_dir = dir.path().join("out");
+    let out = jury(&["aggregate", "--judgments", path_str(&missing), "--out", path_str(&out_dir)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("nope.csv: cannot read"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(!out_dir.exists());
+}
+
+#[test]
+fn demo_data_set_is_committed_and_aggregates() {
+    let demo = repo_root().join("datasets/demo-jury");
+    let dir = tempfile::tempdir().unwrap();
+    let out = jury(&[
+        "aggregate",
+        "--judgments",
+        path_str(&demo.join("judgments.csv")),
+        "--labels",
+        path_str(&demo.join("labels.csv")),
+        "--out",
+        path_str(dir.path()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
