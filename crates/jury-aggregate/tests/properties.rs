@@ -98,13 +98,16 @@ proptest! {
         }
     }
 
+    /// Every class occurs at least once: with a class no example has, Dawid-Skene's
+    /// confusion row for it is unidentified and EM may drift into it.
     #[test]
     fn perfect_judges_are_recovered_exactly(
-        truth in prop::collection::vec(0usize..3, 1..60),
+        rest in prop::collection::vec(0usize..3, 0..60),
         k in 1usize..6,
         conf in 0.51f64..=1.0,
     ) {
         let c = 3;
+        let truth: Vec<usize> = [0, 1, 2].into_iter().chain(rest).collect();
         let entries = truth.iter().flat_map(|&t| (0..k).map(move |_| {
             let mut p = vec![(1.0 - conf) / 2.0; c];
             p[t] = conf;
@@ -117,7 +120,8 @@ proptest! {
             entries,
         ).unwrap();
         for m in methods() {
-            prop_assert_eq!(m.aggregate(&j).unwrap().labels(), truth.as_slice(), "{}", m.name());
+            let a = m.aggregate(&j).unwrap();
+            prop_assert_eq!(a.labels(), truth.as_slice(), "{}", m.name());
         }
     }
 }
