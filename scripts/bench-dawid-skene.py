@@ -11,7 +11,7 @@ scripts/convert-halueval-judges.py when ../shared/data is present; otherwise a
 simulated jury from `jury simulate` (20,000 examples, 6 judges).
 
 Run it with scripts/bench-dawid-skene (which sets up the Python environment and builds
-jury in release mode first).
+jury first).
 """
 import argparse
 import csv

@@ -61,25 +61,26 @@ impl Table {
     fn load(path: &Path) -> Result<Self, IoError> {
         let format = Format::of(path)?;
         let read_err = |e: PolarsError| IoError::Read { path: path.to_owned(), source: Box::new(e) };
-        let open = || File::open(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) });
+        // Opened here first so a missing or unreadable file gets the OS's plain message.
+        let file = File::open(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
         let df = match format {
             // Every CSV column is read as text and parsed here, so a bad value is reported
             // with its line instead of silently becoming null or changing a column's type.
             Format::Csv => CsvReadOptions::default()
                 .with_has_header(true)
                 .with_infer_schema_length(Some(0))
-                .try_into_reader_with_file_path(Some(path.to_owned()))
-                .and_then(|r| r.finish())
+                .into_reader_with_file_handle(file)
+                .finish()
                 .map_err(read_err)?,
             Format::JsonLines | Format::JsonArray => {
                 let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
-                JsonReader::new(open()?)
+                JsonReader::new(file)
                     .with_json_format(json_format)
                     .infer_schema_len(None)
                     .finish()
                     .map_err(read_err)?
             }
-            Format::Parquet => ParquetReader::new(open()?).finish().map_err(read_err)?,
+            Format::Parquet => ParquetReader::new(file).finish().map_err(read_err)?,
         };
         if df.height() == 0 {
             return Err(IoError::Empty { path: path.to_owned() });
@@ -126,7 +127,7 @@ impl Table {
             return Err(self.column_err(name, format!("has type {}, expected text", s.dtype())));
         };
         let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
-        Ok(ca.into_iter().map(|v| v.map(str::to_owned)).collect())
+        Ok(ca.iter().map(|v| v.map(str::to_owned)).collect())
     }
 
     /// A numeric column; text cells are parsed, and a cell that is not a number is an
@@ -136,7 +137,7 @@ impl Table {
         if s.dtype() == &DataType::String {
             let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
             return ca
-                .into_iter()
+                .iter()
                 .enumerate()
                 .map(|(i, v)| match v.map(str::trim) {
                     None | Some("") => Ok(None),
@@ -149,7 +150,7 @@ impl Table {
         }
         let s = s.cast(&DataType::Float64).map_err(|e| self.column_err(name, e.to_string()))?;
         let ca = s.f64().map_err(|e| self.column_err(name, e.to_string()))?;
-        Ok(ca.into_iter().collect())
+        Ok(ca.iter().collect())
     }
 
     /// A list-of-numbers column; in text formats each cell holds a JSON array.
@@ -158,7 +159,7 @@ impl Table {
         match s.dtype() {
             DataType::String => {
                 let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
-                ca.into_iter()
+                ca.iter()
                     .enumerate()
                     .map(|(i, v)| match v.map(str::trim) {
                         None | Some("") => Ok(None),
@@ -170,8 +171,8 @@ impl Table {
             }
             DataType::List(_) => {
                 let ca = s.list().map_err(|e| self.column_err(name, e.to_string()))?;
-                ca.into_iter()
-                    .enumerate()
+                (0..ca.len())
+                    .map(|i| (i, ca.get_as_series(i)))
                     .map(|(i, v)| match v {
                         None => Ok(None),
                         Some(inner) => {
@@ -179,7 +180,7 @@ impl Table {
                                 .cast(&DataType::Float64)
                                 .map_err(|e| self.field_err(i, name, format!("not a list of numbers: {e}")))?;
                             let ca = f.f64().map_err(|e| self.field_err(i, name, e.to_string()))?;
-                            ca.into_iter()
+                            ca.iter()
                                 .map(|x| x.ok_or_else(|| self.field_err(i, name, "list holds an empty or non-numeric value")))
                                 .collect::<Result<Vec<f64>, _>>()
                                 .map(Some)
