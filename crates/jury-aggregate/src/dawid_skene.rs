@@ -10,6 +10,8 @@
 //! likelihood (the classes it put weight on saw its own votes), so the posterior is
 //! always defined. A class or judge row with no weight falls back to uniform.
 
+use std::collections::HashMap;
+
 use jury_core::Judgments;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -121,37 +123,69 @@ pub struct DawidSkene {
     pub config: DawidSkeneConfig,
 }
 
-/// Hard votes in compressed rows: example `n`'s (judge, vote) pairs are
-/// `entries[offsets[n]..offsets[n + 1]]`.
+/// Hard votes grouped by pattern: examples with the same (judge, vote) set share one
+/// posterior, so EM works on the distinct patterns weighted by their counts (a jury of
+/// 10 binary judges has at most 3^10 patterns and usually far fewer than examples).
+/// Pattern `p`'s pairs are `entries[offsets[p]..offsets[p + 1]]`.
 struct Votes {
     n_classes: usize,
     n_judges: usize,
     offsets: Vec<usize>,
     entries: Vec<(u32, u32)>,
+    /// Number of examples with each pattern.
+    counts: Vec<f64>,
+    /// Pattern of each example.
+    pattern_of: Vec<u32>,
 }
 
 impl Votes {
     fn new(j: &Judgments) -> Self {
-        let mut offsets = Vec::with_capacity(j.n_examples() + 1);
-        let mut entries = Vec::with_capacity(j.n_present());
-        offsets.push(0);
+        let mut index: HashMap<Vec<(u32, u32)>, u32> = HashMap::new();
+        let mut votes = Votes {
+            n_classes: j.n_classes(),
+            n_judges: j.n_judges(),
+            offsets: vec![0],
+            entries: Vec::new(),
+            counts: Vec::new(),
+            pattern_of: Vec::with_capacity(j.n_examples()),
+        };
+        let mut key = Vec::with_capacity(j.n_judges());
         for n in 0..j.n_examples() {
-            for k in 0..j.n_judges() {
-                if let Some(v) = j.vote(n, k) {
-                    entries.push((k as u32, v as u32));
+            key.clear();
+            key.extend((0..j.n_judges()).filter_map(|k| j.vote(n, k).map(|v| (k as u32, v as u32))));
+            let p = match index.get(&key) {
+                Some(&p) => p,
+                None => {
+                    let p = votes.counts.len() as u32;
+                    votes.entries.extend_from_slice(&key);
+                    votes.offsets.push(votes.entries.len());
+                    votes.counts.push(0.0);
+                    index.insert(key.clone(), p);
+                    p
                 }
-            }
-            offsets.push(entries.len());
+            };
+            votes.counts[p as usize] += 1.0;
+            votes.pattern_of.push(p);
         }
-        Self { n_classes: j.n_classes(), n_judges: j.n_judges(), offsets, entries }
+        votes
     }
 
-    fn example(&self, n: usize) -> &[(u32, u32)] {
-        &self.entries[self.offsets[n]..self.offsets[n + 1]]
+    fn pattern(&self, p: usize) -> &[(u32, u32)] {
+        &self.entries[self.offsets[p]..self.offsets[p + 1]]
     }
 
-    fn n_examples(&self) -> usize {
-        self.offsets.len() - 1
+    fn n_patterns(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Per-pattern rows (P x C) expanded to per-example rows (N x C).
+    fn expand(&self, per_pattern: &[f64]) -> Vec<f64> {
+        let c = self.n_classes;
+        let mut out = Vec::with_capacity(self.pattern_of.len() * c);
+        for &p in &self.pattern_of {
+            out.extend_from_slice(&per_pattern[p as usize * c..(p as usize + 1) * c]);
+        }
+        out
     }
 }
 
@@ -165,7 +199,7 @@ impl DawidSkene {
     pub fn posteriors_given(params: &DsParams, j: &Judgments) -> Result<Aggregation, AggregateError> {
         check_params(params, j)?;
         let votes = Votes::new(j);
-        let (values, _) = e_step(&votes, params);
+        let values = votes.expand(&e_step(&votes, params).0);
         let (labels, ties) = TieBreak::Negative.label_all(&values, j.n_classes());
         finish("ds", j.n_classes(), values, labels, Diagnostics::Counting { ties, unjudged: 0 })
     }
@@ -206,10 +240,10 @@ impl Aggregator for DawidSkene {
         }
         let c = j.n_classes();
         let votes = Votes::new(j);
-        let unjudged = (0..votes.n_examples()).filter(|&n| votes.example(n).is_empty()).count();
+        let unjudged = (0..votes.n_patterns()).filter(|&p| votes.pattern(p).is_empty()).map(|p| votes.counts[p] as usize).sum();
         let uniform = vec![1.0 / c as f64; c];
         let mut params = match cfg.init {
-            EmInit::MajorityVote => m_step(&votes, &MajorityVote::fractions(j).0, cfg.prior, &uniform, None),
+            EmInit::MajorityVote => m_step(&votes, &vote_fractions(&votes), cfg.prior, &uniform, None),
             EmInit::Random { seed } => self.random_params(seed, c, j.n_judges()),
         };
         let mut trace = Vec::with_capacity(cfg.max_iter);
@@ -227,6 +261,7 @@ impl Aggregator for DawidSkene {
                 break;
             }
         }
+        let posteriors = votes.expand(&posteriors);
         let (labels, ties) = cfg.ties.label_all(&posteriors, c);
         let report = EmReport { iterations: trace.len(), converged, log_likelihood: trace, params, unjudged, ties };
         finish(self.name(), c, posteriors, labels, Diagnostics::DawidSkene(report))
@@ -247,18 +282,29 @@ fn check_params(params: &DsParams, j: &Judgments) -> Result<(), AggregateError> 
     }
 }
 
-/// Posteriors (N x C) and the observed-data log-likelihood under `params`.
+/// Majority-vote fractions per pattern (P x C), the classic EM start; uniform for the
+/// empty pattern. Same rule as [`MajorityVote`].
+fn vote_fractions(votes: &Votes) -> Vec<f64> {
+    let c = votes.n_classes;
+    let mut out = vec![0.0; votes.n_patterns() * c];
+    for (p, row) in out.chunks_exact_mut(c).enumerate() {
+        MajorityVote::fraction_row(votes.pattern(p).iter().map(|&(_, v)| v as usize), row);
+    }
+    out
+}
+
+/// Posteriors per pattern (P x C) and the observed-data log-likelihood under `params`.
 fn e_step(votes: &Votes, params: &DsParams) -> (Vec<f64>, f64) {
     let c = votes.n_classes;
     let log_conf: Vec<Vec<f64>> =
         params.confusion.iter().map(|m| m.values.iter().map(|x| x.ln()).collect()).collect();
     let log_prior: Vec<f64> = params.class_prior.iter().map(|x| x.ln()).collect();
-    let mut out = vec![0.0; votes.n_examples() * c];
+    let mut out = vec![0.0; votes.n_patterns() * c];
     let mut ll = 0.0;
     let mut lp = vec![0.0; c];
-    for (n, row) in out.chunks_exact_mut(c).enumerate() {
+    for (p, row) in out.chunks_exact_mut(c).enumerate() {
         lp.copy_from_slice(&log_prior);
-        for &(k, v) in votes.example(n) {
+        for &(k, v) in votes.pattern(p) {
             let lc = &log_conf[k as usize];
             for (t, l) in lp.iter_mut().enumerate() {
                 *l += lc[t * c + v as usize];
@@ -274,30 +320,32 @@ fn e_step(votes: &Votes, params: &DsParams) -> (Vec<f64>, f64) {
         for (r, l) in row.iter_mut().zip(&lp) {
             *r = (l - max).exp() / sum;
         }
-        ll += max + sum.ln();
+        ll += votes.counts[p] * (max + sum.ln());
     }
     (out, ll)
 }
 
-/// Maximum-likelihood confusion matrices (and prior, if learned) given posteriors `t`.
+/// Maximum-likelihood confusion matrices (and prior, if learned) given per-pattern
+/// posteriors `t`.
 /// A row with no weight keeps its previous value, or uniform on the first step.
 fn m_step(votes: &Votes, t: &[f64], prior: ClassPrior, uniform: &[f64], prev: Option<&DsParams>) -> DsParams {
     let c = votes.n_classes;
     let mut counts = vec![vec![0.0; c * c]; votes.n_judges];
     let mut class_weight = vec![0.0; c];
-    for n in 0..votes.n_examples() {
-        let ex = votes.example(n);
-        if ex.is_empty() {
+    for p in 0..votes.n_patterns() {
+        let pat = votes.pattern(p);
+        if pat.is_empty() {
             continue;
         }
-        let tn = &t[n * c..(n + 1) * c];
-        for (w, x) in class_weight.iter_mut().zip(tn) {
-            *w += x;
+        let weight = votes.counts[p];
+        let tp = &t[p * c..(p + 1) * c];
+        for (w, x) in class_weight.iter_mut().zip(tp) {
+            *w += weight * x;
         }
-        for &(k, v) in ex {
+        for &(k, v) in pat {
             let ck = &mut counts[k as usize];
-            for (true_c, x) in tn.iter().enumerate() {
-                ck[true_c * c + v as usize] += x;
+            for (true_c, x) in tp.iter().enumerate() {
+                ck[true_c * c + v as usize] += weight * x;
             }
         }
     }

@@ -12,26 +12,20 @@ pub struct MajorityVote {
 }
 
 impl MajorityVote {
-    /// Vote fractions, N x C; uniform for an example no judge answered. Also the
-    /// starting point of Dawid-Skene's EM.
-    pub(crate) fn fractions(j: &Judgments) -> (Vec<f64>, usize) {
-        let c = j.n_classes();
-        let mut values = vec![0.0; j.n_examples() * c];
-        let mut unjudged = 0;
-        for (n, row) in values.chunks_exact_mut(c).enumerate() {
-            let mut count = 0usize;
-            for v in (0..j.n_judges()).filter_map(|k| j.vote(n, k)) {
-                row[v] += 1.0;
-                count += 1;
-            }
-            if count == 0 {
-                unjudged += 1;
-                row.fill(1.0 / c as f64);
-            } else {
-                row.iter_mut().for_each(|r| *r /= count as f64);
-            }
+    /// Writes the fraction of `votes` for each class into the zeroed `row`; uniform when
+    /// there is no vote. Returns whether there was any. Also Dawid-Skene's EM start.
+    pub(crate) fn fraction_row(votes: impl Iterator<Item = usize>, row: &mut [f64]) -> bool {
+        let mut count = 0usize;
+        for v in votes {
+            row[v] += 1.0;
+            count += 1;
         }
-        (values, unjudged)
+        if count == 0 {
+            row.fill(1.0 / row.len() as f64);
+        } else {
+            row.iter_mut().for_each(|r| *r /= count as f64);
+        }
+        count > 0
     }
 }
 
@@ -44,7 +38,14 @@ impl Aggregator for MajorityVote {
         if j.n_examples() == 0 {
             return Err(AggregateError::Empty { method: self.name() });
         }
-        let (values, unjudged) = Self::fractions(j);
+        let c = j.n_classes();
+        let mut values = vec![0.0; j.n_examples() * c];
+        let mut unjudged = 0;
+        for (n, row) in values.chunks_exact_mut(c).enumerate() {
+            if !Self::fraction_row((0..j.n_judges()).filter_map(|k| j.vote(n, k)), row) {
+                unjudged += 1;
+            }
+        }
         let (labels, ties) = self.ties.label_all(&values, j.n_classes());
         finish(self.name(), j.n_classes(), values, labels, Diagnostics::Counting { ties, unjudged })
     }

@@ -1,7 +1,8 @@
 //! The N examples x K judges x C classes matrix that aggregators read, with missing entries.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::{CoreError, argmax, normalize_prob_vector};
 
@@ -100,6 +101,8 @@ impl Judgments {
     }
 }
 
+const MISSING: u32 = u32::MAX;
+
 /// Collects judgments one (example, judge) entry at a time, in any order.
 /// Examples and judges are numbered in order of first appearance.
 #[derive(Debug)]
@@ -109,8 +112,10 @@ pub struct JudgmentsBuilder {
     judge_index: HashMap<String, usize>,
     example_ids: Vec<String>,
     judge_names: Vec<String>,
-    /// (example, judge) -> probabilities, or None for an explicitly missing entry.
-    entries: HashMap<(usize, usize), Option<Vec<f64>>>,
+    /// (example, judge) -> start of its probabilities in `values`, or `MISSING` for an
+    /// explicitly missing entry.
+    entries: HashMap<(u32, u32), u32>,
+    values: Vec<f64>,
 }
 
 impl JudgmentsBuilder {
@@ -120,11 +125,12 @@ impl JudgmentsBuilder {
         }
         Ok(Self {
             n_classes,
-            example_index: HashMap::new(),
-            judge_index: HashMap::new(),
+            example_index: HashMap::default(),
+            judge_index: HashMap::default(),
             example_ids: Vec::new(),
             judge_names: Vec::new(),
-            entries: HashMap::new(),
+            entries: HashMap::default(),
+            values: Vec::new(),
         })
     }
 
@@ -140,18 +146,27 @@ impl JudgmentsBuilder {
 
     /// Adds one entry; `None` records that the judge was asked but gave no usable answer.
     pub fn push(&mut self, example: &str, judge: &str, probs: Option<Vec<f64>>) -> Result<(), CoreError> {
-        let probs = match probs {
-            Some(mut v) => {
-                normalize_prob_vector(&mut v, self.n_classes)?;
-                Some(v)
+        self.push_slice(example, judge, probs.as_deref())
+    }
+
+    /// [`push`](Self::push) without taking ownership of the probabilities.
+    pub fn push_slice(&mut self, example: &str, judge: &str, probs: Option<&[f64]>) -> Result<(), CoreError> {
+        let start = self.values.len();
+        if let Some(p) = probs {
+            self.values.extend_from_slice(p);
+            if let Err(e) = normalize_prob_vector(&mut self.values[start..], self.n_classes) {
+                self.values.truncate(start);
+                return Err(e);
             }
-            None => None,
-        };
-        let key = (self.example(example), self.judge(judge));
+        }
+        let key = (self.example(example) as u32, self.judge(judge) as u32);
         match self.entries.entry(key) {
-            Entry::Occupied(_) => Err(CoreError::Duplicate { example: example.to_owned(), judge: judge.to_owned() }),
+            Entry::Occupied(_) => {
+                self.values.truncate(start);
+                Err(CoreError::Duplicate { example: example.to_owned(), judge: judge.to_owned() })
+            }
             Entry::Vacant(slot) => {
-                slot.insert(probs);
+                slot.insert(if probs.is_some() { start as u32 } else { MISSING });
                 Ok(())
             }
         }
@@ -162,18 +177,18 @@ impl JudgmentsBuilder {
         if self.n_classes != 2 {
             return Err(CoreError::WrongClassCount { got: 2, expected: self.n_classes });
         }
-        self.push(example, judge, p.map(|p| vec![1.0 - p, p]))
+        self.push_slice(example, judge, p.map(|p| [1.0 - p, p]).as_ref().map(|a| &a[..]))
     }
 
     pub fn build(self) -> Judgments {
         let (n, k, c) = (self.example_ids.len(), self.judge_names.len(), self.n_classes);
         let mut probs = vec![0.0; n * k * c];
         let mut present = vec![false; n * k];
-        for ((e, j), v) in self.entries {
-            if let Some(v) = v {
-                let idx = e * k + j;
+        for ((e, j), start) in self.entries {
+            if start != MISSING {
+                let (idx, start) = (e as usize * k + j as usize, start as usize);
                 present[idx] = true;
-                probs[idx * c..(idx + 1) * c].copy_from_slice(&v);
+                probs[idx * c..(idx + 1) * c].copy_from_slice(&self.values[start..start + c]);
             }
         }
         Judgments { example_ids: self.example_ids, judge_names: self.judge_names, n_classes: c, probs, present }

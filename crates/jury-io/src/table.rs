@@ -118,6 +118,11 @@ impl Table {
 
     /// A text column (numbers are accepted and printed as text); null stays `None`.
     fn strings(&self, name: &str) -> Result<Vec<Option<String>>, IoError> {
+        Ok(self.text(name)?.iter().map(|v| v.map(str::to_owned)).collect())
+    }
+
+    /// A text column as polars holds it (no copy per cell).
+    fn text(&self, name: &str) -> Result<StringChunked, IoError> {
         let s = self.series(name)?;
         let s = if s.dtype() == &DataType::String {
             s
@@ -126,8 +131,7 @@ impl Table {
         } else {
             return Err(self.column_err(name, format!("has type {}, expected text", s.dtype())));
         };
-        let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
-        Ok(ca.iter().map(|v| v.map(str::to_owned)).collect())
+        s.str().cloned().map_err(|e| self.column_err(name, e.to_string()))
     }
 
     /// A numeric column; text cells are parsed, and a cell that is not a number is an
@@ -192,16 +196,13 @@ impl Table {
         }
     }
 
-    /// Required non-empty text per row.
-    fn required_strings(&self, name: &str) -> Result<Vec<String>, IoError> {
-        self.strings(name)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Some(v) if !v.trim().is_empty() => Ok(v),
-                _ => Err(self.field_err(i, name, "empty value")),
-            })
-            .collect()
+    /// A text column in which every cell must be non-empty.
+    fn required_text(&self, name: &str) -> Result<StringChunked, IoError> {
+        let ca = self.text(name)?;
+        if let Some(i) = ca.iter().position(|v| v.is_none_or(|v| v.trim().is_empty())) {
+            return Err(self.field_err(i, name, "empty value"));
+        }
+        Ok(ca)
     }
 }
 
@@ -215,8 +216,8 @@ enum ProbColumns {
 /// Reads a judgments table (CSV, JSON Lines, JSON array or Parquet, by extension).
 pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
     let t = Table::load(path)?;
-    let ids = t.required_strings("example_id")?;
-    let judges = t.required_strings("judge")?;
+    let ids = t.required_text("example_id")?;
+    let judges = t.required_text("judge")?;
     let probs = if t.has("probs") {
         ProbColumns::Lists(t.float_lists("probs")?)
     } else if t.has("p0") {
@@ -236,24 +237,26 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
         ProbColumns::Lists(rows) => rows.iter().flatten().map(Vec::len).next().unwrap_or(2),
     };
     let mut builder = JudgmentsBuilder::new(n_classes).map_err(|e| t.entry_err(0, e))?;
-    for (i, (id, judge)) in ids.iter().zip(&judges).enumerate() {
-        let entry = match &probs {
-            // Checked before expanding so the error names the `p` the user wrote.
+    // Both columns were checked to have no empty cell.
+    let rows = ids.iter().map(Option::unwrap_or_default).zip(judges.iter().map(Option::unwrap_or_default));
+    for (i, (id, judge)) in rows.enumerate() {
+        let pushed = match &probs {
             ProbColumns::Binary(p) => match p[i] {
-                Some(x) => Some(vec![1.0 - jury_core::Prob::new(x).map_err(|e| t.entry_err(i, e))?.get(), x]),
-                None => None,
+                // Checked here so the error names the `p` the user wrote, not 1 - p.
+                Some(x) => jury_core::Prob::new(x).and_then(|_| builder.push_binary(id, judge, Some(x))),
+                None => builder.push_binary(id, judge, None),
             },
-            ProbColumns::Lists(rows) => rows[i].clone(),
+            ProbColumns::Lists(rows) => builder.push_slice(id, judge, rows[i].as_deref()),
             ProbColumns::PerClass(cols) => {
                 let row: Vec<Option<f64>> = cols.iter().map(|c| c[i]).collect();
                 match row.iter().filter(|x| x.is_some()).count() {
-                    0 => None,
-                    n if n == n_classes => Some(row.into_iter().flatten().collect()),
+                    0 => builder.push_slice(id, judge, None),
+                    n if n == n_classes => builder.push(id, judge, Some(row.into_iter().flatten().collect())),
                     _ => return Err(t.field_err(i, "p0", "some class probabilities are empty and others are not")),
                 }
             }
         };
-        builder.push(id, judge, entry).map_err(|e| t.entry_err(i, e))?;
+        pushed.map_err(|e| t.entry_err(i, e))?;
     }
     Ok(builder.build())
 }
@@ -262,7 +265,11 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
 /// of labeled examples that the judgments do not contain.
 pub fn read_labels(path: &Path, judgments: &Judgments) -> Result<(Labels, usize), IoError> {
     let t = Table::load(path)?;
-    let ids = t.required_strings("example_id")?;
+    let ids = t.strings("example_id")?;
+    if let Some(i) = ids.iter().position(|v| v.as_deref().is_none_or(|v| v.trim().is_empty())) {
+        return Err(t.field_err(i, "example_id", "empty value"));
+    }
+    let ids: Vec<String> = ids.into_iter().flatten().collect();
     let n_classes = judgments.n_classes();
     let raw = t.strings("label")?;
     let mut seen: HashMap<&str, usize> = HashMap::new();
