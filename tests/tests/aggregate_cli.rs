@@ -117,7 +117,14 @@ fn bad_inputs_fail_with_file_and_row() {
     let e = expect_error(("j.csv", "example_id,judge,p\na,j1,high\n"), None, &[]);
     assert!(e.contains("j.csv line 2: column `p`: `high` is not a number"), "{e}");
 
-    let e = expect_error(("j.jsonl", "{\"example_id\": \"a\", \"judge\": \"j\", \"p\": 0.5}\n{\"example_id\": \"b\", \"judge\": \"j\", \"p\": -0.1}\n"), None, &[]);
+    let e = expect_error(
+        (
+            "j.jsonl",
+            "{\"example_id\": \"a\", \"judge\": \"j\", \"p\": 0.5}\n{\"example_id\": \"b\", \"judge\": \"j\", \"p\": -0.1}\n",
+        ),
+        None,
+        &[],
+    );
     assert!(e.contains("j.jsonl line 2: probability -0.1"), "{e}");
 
     let e = expect_error(("j.csv", GOOD), Some("example_id,label\na,1\nb,maybe\n"), &[]);
@@ -160,4 +167,35 @@ fn demo_data_set_is_committed_and_aggregates() {
         path_str(dir.path()),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn three_classes_from_a_jsonl_list_column() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three judges on four examples; judge c is always wrong, a and b always right.
+    let truth = [0usize, 1, 2, 1];
+    let mut text = String::new();
+    for (n, &t) in truth.iter().enumerate() {
+        for (judge, vote) in [("a", t), ("b", t), ("c", (t + 1) % 3)] {
+            let mut p = [0.1, 0.1, 0.1];
+            p[vote] = 0.8;
+            text.push_str(&format!("{{\"example_id\": \"x{n}\", \"judge\": \"{judge}\", \"probs\": {p:?}}}\n"));
+        }
+    }
+    let j = dir.path().join("j.jsonl");
+    fs::write(&j, text).unwrap();
+    let l = dir.path().join("l.csv");
+    fs::write(&l, "example_id,label\nx0,0\nx1,1\nx2,2\nx3,1\n").unwrap();
+    let out_dir = dir.path().join("out");
+    let out = jury(&["aggregate", "--judgments", path_str(&j), "--labels", path_str(&l), "--out", path_str(&out_dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(m["n_classes"], 3);
+    assert_eq!(m["judges"]["c"]["accuracy"], 0.0);
+    for name in ["avg", "mv", "ds"] {
+        assert_eq!(m["methods"][name]["accuracy"], 1.0, "{name}");
+    }
+    assert_eq!(m["methods"]["ds"]["confusion"]["a"].as_array().unwrap().len(), 3);
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    assert!(predictions.starts_with("example_id,label,avg_p0,avg_p1,avg_p2,avg_label,mv_p0,"), "{predictions}");
 }

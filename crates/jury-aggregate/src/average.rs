@@ -2,7 +2,7 @@
 
 use jury_core::Judgments;
 
-use crate::{AggregateError, Aggregation, Aggregator, Diagnostics, TieBreak, finish};
+use crate::{AggregateError, Aggregation, Aggregator, TieBreak, mean_over_judges};
 
 /// Mean probability over the judges present on each example. An example no judge
 /// answered gets the uniform vector and is counted as unjudged.
@@ -17,33 +17,14 @@ impl Aggregator for AverageProb {
     }
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
-        if j.n_examples() == 0 {
-            return Err(AggregateError::Empty { method: self.name() });
-        }
-        let c = j.n_classes();
-        let mut values = vec![0.0; j.n_examples() * c];
-        let mut unjudged = 0;
-        for (n, row) in values.chunks_exact_mut(c).enumerate() {
-            let mut count = 0usize;
-            for p in (0..j.n_judges()).filter_map(|k| j.get(n, k)) {
-                row.iter_mut().zip(p).for_each(|(r, x)| *r += x);
-                count += 1;
-            }
-            if count == 0 {
-                unjudged += 1;
-                row.fill(1.0 / c as f64);
-            } else {
-                row.iter_mut().for_each(|r| *r /= count as f64);
-            }
-        }
-        let (labels, ties) = self.ties.label_all(&values, c);
-        finish(self.name(), c, values, labels, Diagnostics::Counting { ties, unjudged })
+        mean_over_judges(self.name(), j, self.ties, |p, row| row.iter_mut().zip(p).for_each(|(r, x)| *r += x))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Diagnostics;
     use crate::testutil::binary;
 
     #[test]

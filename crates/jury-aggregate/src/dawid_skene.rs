@@ -16,7 +16,7 @@ use jury_core::Judgments;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{AggregateError, Aggregation, Aggregator, Diagnostics, MajorityVote, TieBreak, finish};
+use crate::{AggregateError, Aggregation, Aggregator, Diagnostics, TieBreak, finish, normalize_or_uniform};
 
 /// How the class prior P(c) is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,13 @@ pub struct DawidSkeneConfig {
 
 impl Default for DawidSkeneConfig {
     fn default() -> Self {
-        Self { prior: ClassPrior::Uniform, init: EmInit::MajorityVote, max_iter: 100, tol: 1e-6, ties: TieBreak::Positive }
+        Self {
+            prior: ClassPrior::Uniform,
+            init: EmInit::MajorityVote,
+            max_iter: 100,
+            tol: 1e-6,
+            ties: TieBreak::Positive,
+        }
     }
 }
 
@@ -232,7 +238,7 @@ impl Aggregator for DawidSkene {
         if j.n_examples() == 0 {
             return Err(AggregateError::Empty { method: self.name() });
         }
-        if cfg.max_iter == 0 || !(cfg.tol >= 0.0) {
+        if cfg.max_iter == 0 || cfg.tol.is_nan() || cfg.tol < 0.0 {
             return Err(AggregateError::Config {
                 method: self.name(),
                 reason: format!("max_iter must be >= 1 and tol >= 0 (got {} and {})", cfg.max_iter, cfg.tol),
@@ -240,7 +246,8 @@ impl Aggregator for DawidSkene {
         }
         let c = j.n_classes();
         let votes = Votes::new(j);
-        let unjudged = (0..votes.n_patterns()).filter(|&p| votes.pattern(p).is_empty()).map(|p| votes.counts[p] as usize).sum();
+        let unjudged =
+            (0..votes.n_patterns()).filter(|&p| votes.pattern(p).is_empty()).map(|p| votes.counts[p] as usize).sum();
         let uniform = vec![1.0 / c as f64; c];
         let mut params = match cfg.init {
             EmInit::MajorityVote => m_step(&votes, &vote_fractions(&votes), cfg.prior, &uniform, None),
@@ -288,7 +295,11 @@ fn vote_fractions(votes: &Votes) -> Vec<f64> {
     let c = votes.n_classes;
     let mut out = vec![0.0; votes.n_patterns() * c];
     for (p, row) in out.chunks_exact_mut(c).enumerate() {
-        MajorityVote::fraction_row(votes.pattern(p).iter().map(|&(_, v)| v as usize), row);
+        let pat = votes.pattern(p);
+        for &(_, v) in pat {
+            row[v as usize] += 1.0;
+        }
+        normalize_or_uniform(row, pat.len());
     }
     out
 }
@@ -296,8 +307,7 @@ fn vote_fractions(votes: &Votes) -> Vec<f64> {
 /// Posteriors per pattern (P x C) and the observed-data log-likelihood under `params`.
 fn e_step(votes: &Votes, params: &DsParams) -> (Vec<f64>, f64) {
     let c = votes.n_classes;
-    let log_conf: Vec<Vec<f64>> =
-        params.confusion.iter().map(|m| m.values.iter().map(|x| x.ln()).collect()).collect();
+    let log_conf: Vec<Vec<f64>> = params.confusion.iter().map(|m| m.values.iter().map(|x| x.ln()).collect()).collect();
     let log_prior: Vec<f64> = params.class_prior.iter().map(|x| x.ln()).collect();
     let mut out = vec![0.0; votes.n_patterns() * c];
     let mut ll = 0.0;

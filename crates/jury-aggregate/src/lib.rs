@@ -64,8 +64,51 @@ impl Aggregation {
 pub enum Diagnostics {
     /// Averaging or voting: how many examples had a tie for the top class, and how many
     /// had no judgment at all (their posterior is uniform).
-    Counting { ties: usize, unjudged: usize },
+    Counting {
+        ties: usize,
+        unjudged: usize,
+    },
     DawidSkene(EmReport),
+}
+
+/// Shared body of the counting aggregators: example `n`'s posterior is the mean, over the
+/// judges present, of the vector `add` accumulates from each judge's probabilities;
+/// uniform when no judge answered.
+fn mean_over_judges(
+    method: &'static str,
+    j: &Judgments,
+    ties: TieBreak,
+    add: impl Fn(&[f64], &mut [f64]),
+) -> Result<Aggregation, AggregateError> {
+    if j.n_examples() == 0 {
+        return Err(AggregateError::Empty { method });
+    }
+    let c = j.n_classes();
+    let mut values = vec![0.0; j.n_examples() * c];
+    let mut unjudged = 0;
+    for (n, row) in values.chunks_exact_mut(c).enumerate() {
+        let mut count = 0;
+        for p in (0..j.n_judges()).filter_map(|k| j.get(n, k)) {
+            add(p, row);
+            count += 1;
+        }
+        if !normalize_or_uniform(row, count) {
+            unjudged += 1;
+        }
+    }
+    let (labels, n_ties) = ties.label_all(&values, c);
+    finish(method, c, values, labels, Diagnostics::Counting { ties: n_ties, unjudged })
+}
+
+/// Divides a row of sums over `count` contributions by `count`, or makes it uniform when
+/// there were none; returns whether there were any.
+fn normalize_or_uniform(row: &mut [f64], count: usize) -> bool {
+    if count == 0 {
+        row.fill(1.0 / row.len() as f64);
+    } else {
+        row.iter_mut().for_each(|r| *r /= count as f64);
+    }
+    count > 0
 }
 
 fn finish(

@@ -17,7 +17,9 @@ pub enum TieBreak {
     Positive,
     Negative,
     /// A seeded uniform draw among the tied classes; the same seed gives the same labels.
-    Random { seed: u64 },
+    Random {
+        seed: u64,
+    },
 }
 
 impl TieBreak {

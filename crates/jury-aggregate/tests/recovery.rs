@@ -37,7 +37,12 @@ fn check_recovery(cfg: &JuryConfig, init: EmInit, max_err: f64) -> (f64, f64) {
         for t in 0..want.n_classes() {
             for v in 0..want.n_classes() {
                 let err = (est.get(t, v) - want.get(t, v)).abs();
-                assert!(err < max_err, "judge {k} P(vote {v} | class {t}): estimated {} vs true {}", est.get(t, v), want.get(t, v));
+                assert!(
+                    err < max_err,
+                    "judge {k} P(vote {v} | class {t}): estimated {} vs true {}",
+                    est.get(t, v),
+                    want.get(t, v)
+                );
             }
         }
     }

@@ -104,9 +104,6 @@ impl Settings {
             "random" => EmInit::Random { seed: a.seed },
             other => bail!("unknown --ds-init `{other}` (known: mv, random)"),
         };
-        if a.ds_max_iter == 0 || !(a.ds_tol >= 0.0) {
-            bail!("--ds-max-iter must be at least 1 and --ds-tol at least 0");
-        }
         let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, ties };
         Ok(Self { methods: Method::parse_list(&a.methods)?, ties, ds })
     }
@@ -134,7 +131,10 @@ pub fn run(args: Args) -> Result<()> {
         Some(path) => {
             let (labels, unmatched) = read_labels(path, &judgments)?;
             if unmatched > 0 {
-                eprintln!("warning: {}: {unmatched} labels are for examples with no judgments; ignored", path.display());
+                eprintln!(
+                    "warning: {}: {unmatched} labels are for examples with no judgments; ignored",
+                    path.display()
+                );
             }
             Some(labels)
         }

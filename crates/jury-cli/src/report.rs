@@ -142,11 +142,9 @@ pub fn table(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> Stri
         let e = labels.and_then(|l| expected_calibration_error(a.posteriors(), l, ECE_BINS));
         let notes = match a.diagnostics() {
             Diagnostics::Counting { ties, .. } => format!("{ties} ties"),
-            Diagnostics::DawidSkene(em) => format!(
-                "{} iterations, {}",
-                em.iterations,
-                if em.converged { "converged" } else { "not converged" }
-            ),
+            Diagnostics::DawidSkene(em) => {
+                format!("{} iterations, {}", em.iterations, if em.converged { "converged" } else { "not converged" })
+            }
         };
         let _ = writeln!(s, "{:<width$}  {:>8}  {:>8}  {:>8}  {notes}", r.name, fmt_opt(acc), fmt_opt(b), fmt_opt(e));
     }

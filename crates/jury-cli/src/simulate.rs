@@ -29,7 +29,13 @@ pub fn run(args: Args) -> Result<()> {
     for n in 0..j.n_examples() {
         for k in 0..j.n_judges() {
             if let Some(p) = j.get(n, k) {
-                let _ = writeln!(judgments, "{},{},{:.6}", csv_field(&j.example_ids()[n]), csv_field(&j.judge_names()[k]), p[1]);
+                let _ = writeln!(
+                    judgments,
+                    "{},{},{:.6}",
+                    csv_field(&j.example_ids()[n]),
+                    csv_field(&j.judge_names()[k]),
+                    p[1]
+                );
             }
         }
     }

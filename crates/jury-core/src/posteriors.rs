@@ -15,7 +15,7 @@ impl Posteriors {
         if n_classes < 2 {
             return Err(CoreError::TooFewClasses(n_classes));
         }
-        if values.len() % n_classes != 0 {
+        if !values.len().is_multiple_of(n_classes) {
             return Err(CoreError::Shape {
                 what: "posterior values",
                 expected: values.len().next_multiple_of(n_classes),

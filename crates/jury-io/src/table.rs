@@ -74,11 +74,7 @@ impl Table {
                 .map_err(read_err)?,
             Format::JsonLines | Format::JsonArray => {
                 let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
-                JsonReader::new(file)
-                    .with_json_format(json_format)
-                    .infer_schema_len(None)
-                    .finish()
-                    .map_err(read_err)?
+                JsonReader::new(file).with_json_format(json_format).infer_schema_len(None).finish().map_err(read_err)?
             }
             Format::Parquet => ParquetReader::new(file).finish().map_err(read_err)?,
         };
@@ -98,18 +94,29 @@ impl Table {
     }
 
     fn series(&self, name: &str) -> Result<Series, IoError> {
-        self.df
-            .column(name)
-            .map(|c| c.as_materialized_series().clone())
-            .map_err(|_| IoError::MissingColumn { path: self.path.clone(), column: name.to_owned(), found: self.column_names() })
+        self.df.column(name).map(|c| c.as_materialized_series().clone()).map_err(|_| IoError::MissingColumn {
+            path: self.path.clone(),
+            column: name.to_owned(),
+            found: self.column_names(),
+        })
     }
 
     fn field_err(&self, row: usize, column: &str, reason: impl Into<String>) -> IoError {
-        IoError::Field { path: self.path.clone(), row: self.format.locate(row), column: column.to_owned(), reason: reason.into() }
+        IoError::Field {
+            path: self.path.clone(),
+            row: self.format.locate(row),
+            column: column.to_owned(),
+            reason: reason.into(),
+        }
     }
 
     fn column_err(&self, column: &str, reason: impl Into<String>) -> IoError {
-        IoError::Field { path: self.path.clone(), row: "(every row)".into(), column: column.to_owned(), reason: reason.into() }
+        IoError::Field {
+            path: self.path.clone(),
+            row: "(every row)".into(),
+            column: column.to_owned(),
+            reason: reason.into(),
+        }
     }
 
     fn entry_err(&self, row: usize, source: CoreError) -> IoError {
@@ -145,7 +152,10 @@ impl Table {
                 .enumerate()
                 .map(|(i, v)| match v.map(str::trim) {
                     None | Some("") => Ok(None),
-                    Some(t) => t.parse::<f64>().map(Some).map_err(|_| self.field_err(i, name, format!("`{t}` is not a number"))),
+                    Some(t) => t
+                        .parse::<f64>()
+                        .map(Some)
+                        .map_err(|_| self.field_err(i, name, format!("`{t}` is not a number"))),
                 })
                 .collect();
         }
@@ -185,7 +195,9 @@ impl Table {
                                 .map_err(|e| self.field_err(i, name, format!("not a list of numbers: {e}")))?;
                             let ca = f.f64().map_err(|e| self.field_err(i, name, e.to_string()))?;
                             ca.iter()
-                                .map(|x| x.ok_or_else(|| self.field_err(i, name, "list holds an empty or non-numeric value")))
+                                .map(|x| {
+                                    x.ok_or_else(|| self.field_err(i, name, "list holds an empty or non-numeric value"))
+                                })
                                 .collect::<Result<Vec<f64>, _>>()
                                 .map(Some)
                         }
@@ -283,7 +295,11 @@ pub fn read_labels(path: &Path, judgments: &Judgments) -> Result<(Labels, usize)
             t.field_err(i, "label", format!("`{text}` is not a label (expected {allowed}, below {n_classes})"))
         })?;
         if let Some(first) = seen.insert(id, i) {
-            return Err(t.field_err(i, "example_id", format!("duplicate label for `{id}` (first at {})", t.format.locate(first))));
+            return Err(t.field_err(
+                i,
+                "example_id",
+                format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
+            ));
         }
         pairs.push((id.as_str(), label));
     }
@@ -368,7 +384,11 @@ mod tests {
         let bad = write(dir.path(), "b.csv", "example_id,judge,p0,p1,p2\nx,a,0.2,,0.5\n");
         let e = read_judgments(&bad).unwrap_err().to_string();
         assert!(e.ends_with("b.csv line 2: column `p0`: some class probabilities are empty and others are not"), "{e}");
-        let short = write(dir.path(), "s.jsonl", "{\"example_id\":\"x\",\"judge\":\"a\",\"probs\":[0.2,0.3,0.5]}\n{\"example_id\":\"y\",\"judge\":\"a\",\"probs\":[0.5,0.5]}\n");
+        let short = write(
+            dir.path(),
+            "s.jsonl",
+            "{\"example_id\":\"x\",\"judge\":\"a\",\"probs\":[0.2,0.3,0.5]}\n{\"example_id\":\"y\",\"judge\":\"a\",\"probs\":[0.5,0.5]}\n",
+        );
         let e = read_judgments(&short).unwrap_err().to_string();
         assert!(e.ends_with("s.jsonl line 2: probability vector has 2 entries, expected 3 (one per class)"), "{e}");
     }

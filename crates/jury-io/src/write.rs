@@ -19,11 +19,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), IoError> {
 
 /// Quotes a CSV field when it holds a delimiter, quote or line break (RFC 4180).
 pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\"")).into()
-    } else {
-        s.into()
-    }
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")).into() } else { s.into() }
 }
 
 #[cfg(test)]

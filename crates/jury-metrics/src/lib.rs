@@ -68,10 +68,7 @@ pub fn expected_calibration_error(posteriors: &Posteriors, labels: &Labels, n_bi
     }
     let total: usize = count.iter().sum();
     (total > 0).then(|| {
-        (0..n_bins)
-            .filter(|&b| count[b] > 0)
-            .map(|b| (hits[b] as f64 - conf_sum[b]).abs() / total as f64)
-            .sum()
+        (0..n_bins).filter(|&b| count[b] > 0).map(|b| (hits[b] as f64 - conf_sum[b]).abs() / total as f64).sum()
     })
 }
 

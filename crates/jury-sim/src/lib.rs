@@ -7,9 +7,9 @@
 //! in (0.5, 1], the rest spread evenly). The same config and seed give the same jury.
 
 use jury_core::{CoreError, Judgments, JudgmentsBuilder, normalize_prob_vector};
+use rand::distr::{Distribution, weighted::WeightedIndex};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rand::distr::{Distribution, weighted::WeightedIndex};
 
 /// One simulated judge.
 #[derive(Debug, Clone, PartialEq)]
