@@ -13,8 +13,10 @@ pub fn jury_bin() -> &'static Path {
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> -> target/<profile>
         let profile_dir = exe.parent().and_then(Path::parent).expect("target profile directory").to_owned();
+        // `--workspace --all-targets` resolves features exactly as `cargo test --workspace`
+        // does, so this only links the binary instead of rebuilding dependencies.
         let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "-q", "-p", "jury-cli", "--bin", "jury"]).current_dir(env!("CARGO_MANIFEST_DIR"));
+        build.args(["build", "-q", "--workspace", "--all-targets"]).current_dir(env!("CARGO_MANIFEST_DIR"));
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             build.arg("--release");
         }

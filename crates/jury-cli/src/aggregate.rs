@@ -4,14 +4,14 @@
 //! every method, and only then create the output directory and write each file
 //! atomically.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use jury_aggregate::{
     Aggregation, Aggregator, AverageProb, ClassPrior, DawidSkene, DawidSkeneConfig, EmInit, MajorityVote, TieBreak,
 };
-use jury_core::Labels;
+use jury_core::{Judgments, Labels};
 use jury_io::{read_judgments, read_labels, write_atomic};
 
 use crate::report;
@@ -79,15 +79,56 @@ impl Method {
     }
 }
 
-/// Everything the methods need besides the data, resolved from flags.
-struct Settings {
+/// The aggregation options as written by a user (flags or a YAML config).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    pub methods: String,
+    pub ties: String,
+    pub seed: u64,
+    pub ds_prior: String,
+    pub ds_init: String,
+    pub ds_max_iter: usize,
+    pub ds_tol: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            methods: "avg,mv,ds".into(),
+            ties: "positive".into(),
+            seed: 0,
+            ds_prior: "uniform".into(),
+            ds_init: "mv".into(),
+            ds_max_iter: 100,
+            ds_tol: 1e-6,
+        }
+    }
+}
+
+impl From<&Args> for Options {
+    fn from(a: &Args) -> Self {
+        Self {
+            methods: a.methods.clone(),
+            ties: a.ties.clone(),
+            seed: a.seed,
+            ds_prior: a.ds_prior.clone(),
+            ds_init: a.ds_init.clone(),
+            ds_max_iter: a.ds_max_iter,
+            ds_tol: a.ds_tol,
+        }
+    }
+}
+
+/// Everything the methods need besides the data, resolved and checked.
+pub struct Settings {
     methods: Vec<Method>,
     ties: TieBreak,
     ds: DawidSkeneConfig,
 }
 
 impl Settings {
-    fn from_args(a: &Args) -> Result<Self> {
+    pub fn new(a: &Options) -> Result<Self> {
         let ties = match a.ties.as_str() {
             "positive" | "yes" => TieBreak::Positive,
             "negative" | "no" => TieBreak::Negative,
@@ -125,7 +166,7 @@ pub struct MethodRun {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let settings = Settings::from_args(&args)?;
+    let settings = Settings::new(&Options::from(&args))?;
     let judgments = read_judgments(&args.judgments)?;
     let labels: Option<Labels> = match &args.labels {
         Some(path) => {
@@ -140,21 +181,27 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
+    write_results(&judgments, labels.as_ref(), &settings, &args.out)
+}
+
+/// Runs every method, then writes metrics.json and predictions.csv into `out` and prints
+/// the table. Nothing is written unless every method succeeded.
+pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &Settings, out: &Path) -> Result<()> {
     let mut runs = Vec::with_capacity(settings.methods.len());
     for &m in &settings.methods {
         let aggregator = settings.aggregator(m);
         let start = Instant::now();
-        let aggregation = aggregator.aggregate(&judgments)?;
+        let aggregation = aggregator.aggregate(judgments)?;
         runs.push(MethodRun { name: aggregator.name(), aggregation, seconds: start.elapsed().as_secs_f64() });
     }
-    let metrics = report::metrics_json(&judgments, labels.as_ref(), &runs);
-    let predictions = report::predictions_csv(&judgments, labels.as_ref(), &runs);
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating output directory {}", args.out.display()))?;
+    let metrics = report::metrics_json(judgments, labels, &runs);
+    let predictions = report::predictions_csv(judgments, labels, &runs);
+    std::fs::create_dir_all(out).with_context(|| format!("creating output directory {}", out.display()))?;
     let metrics_text = serde_json::to_string_pretty(&metrics).context("serialising metrics")?;
-    write_atomic(&args.out.join("metrics.json"), metrics_text.as_bytes())?;
-    write_atomic(&args.out.join("predictions.csv"), predictions.as_bytes())?;
-    print!("{}", report::table(&judgments, labels.as_ref(), &runs));
-    println!("wrote {} and {}", args.out.join("metrics.json").display(), args.out.join("predictions.csv").display());
+    write_atomic(&out.join("metrics.json"), metrics_text.as_bytes())?;
+    write_atomic(&out.join("predictions.csv"), predictions.as_bytes())?;
+    print!("{}", report::table(judgments, labels, &runs));
+    println!("wrote {} and {}", out.join("metrics.json").display(), out.join("predictions.csv").display());
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 mod aggregate;
 mod report;
+mod run;
 mod simulate;
 
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ enum Command {
     Aggregate(aggregate::Args),
     /// Write a simulated jury with known skills (judgments.csv, labels.csv).
     Simulate(simulate::Args),
+    /// Run a YAML experiment: judges over a data set, then aggregation and scoring.
+    Run(run::Args),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Aggregate(args) => aggregate::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Run(args) => run::prepare_environment(&args).and_then(|()| run::run(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

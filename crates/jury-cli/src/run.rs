@@ -1,0 +1,257 @@
+//! `jury run CONFIG`: one YAML experiment end to end: load the data set, run each judge
+//! (cache first, so a killed run resumes), aggregate, score and write everything.
+//!
+//! Relative paths in the config are relative to the directory `jury run` is started in.
+//! Output directory layout: `cache.jsonl` (durable per-judgment cache),
+//! `judgments.csv` (long format: example_id, judge, p, p_positive, p_negative, p_tie,
+//! mass, n_tokens, truncated), `labels.csv`, `metrics.json`, `predictions.csv`,
+//! `config.resolved.yaml`, `manifest.json` (versions, model and template hashes, timings).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use indicatif::MultiProgress;
+use jury_cache::{Cache, file_sha256};
+use jury_core::{JudgmentsBuilder, Labels};
+use jury_datasets::Example;
+use jury_io::{csv_field, write_atomic};
+use jury_judge::{EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Template, Verdict};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{self, Settings};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Experiment file (YAML); see configs/demo.yaml.
+    config: PathBuf,
+}
+
+/// The YAML experiment schema.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    pub name: String,
+    pub dataset: DatasetConfig,
+    /// Prompt template file (prompts/*.yaml).
+    pub prompt: PathBuf,
+    pub judges: Vec<JudgeEntry>,
+    #[serde(default)]
+    pub runtime: Runtime,
+    #[serde(default)]
+    pub aggregate: aggregate::Options,
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    /// demo-facts, truthfulqa or halueval-dialogue.
+    pub name: String,
+    pub path: PathBuf,
+    /// Judge only this many examples, drawn with `seed` (kept in file order).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeEntry {
+    pub name: String,
+    /// A local GGUF file (CPU).
+    #[serde(default)]
+    pub gguf: Option<PathBuf>,
+    /// A safetensors model directory or hub model id (GPU users, `cuda` feature).
+    #[serde(default)]
+    pub model_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Runtime {
+    /// Dense (dequantized) weights: 10-15x faster prefill on CPU (SPEC.md section 1).
+    pub dequantize: bool,
+    pub prefix_cache: bool,
+    pub max_concurrency: usize,
+    pub max_prompt_tokens: usize,
+    /// Also write `prompts.jsonl`: each judged token sequence (for engine comparisons).
+    pub dump_prompts: bool,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Self { dequantize: true, prefix_cache: true, max_concurrency: 4, max_prompt_tokens: 2048, dump_prompts: false }
+    }
+}
+
+fn read_experiment(path: &Path) -> Result<Experiment> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let exp: Experiment = serde_yaml::from_str(&text).with_context(|| format!("{}: invalid experiment", path.display()))?;
+    if exp.judges.is_empty() {
+        bail!("{}: `judges` is empty", path.display());
+    }
+    for j in &exp.judges {
+        if j.gguf.is_some() == j.model_id.is_some() {
+            bail!("{}: judge `{}`: give exactly one of `gguf` and `model_id`", path.display(), j.name);
+        }
+    }
+    Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", path.display()))?;
+    Ok(exp)
+}
+
+/// Called before any thread starts: candle reads this variable once per thread.
+pub fn prepare_environment(args: &Args) -> Result<()> {
+    let exp = read_experiment(&args.config)?;
+    if exp.runtime.dequantize && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
+        // SAFETY: called from `main` before the async runtime or any other thread exists.
+        unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
+    }
+    Ok(())
+}
+
+fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Example> {
+    let Some(limit) = limit.filter(|&l| l < examples.len()) else { return examples };
+    let mut idx: Vec<usize> = (0..examples.len()).collect();
+    idx.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let mut keep: Vec<usize> = idx.into_iter().take(limit).collect();
+    keep.sort_unstable();
+    let mut taken: Vec<Option<Example>> = examples.drain(..).map(Some).collect();
+    keep.into_iter().filter_map(|i| taken[i].take()).collect()
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let started = Instant::now();
+    let exp = read_experiment(&args.config)?;
+    let settings = Settings::new(&exp.aggregate)?;
+    let examples = jury_datasets::load(&exp.dataset.name, &exp.dataset.path)?;
+    let examples = sample(examples, exp.dataset.limit, exp.dataset.seed);
+    let template = Template::load(&exp.prompt)?;
+    std::fs::create_dir_all(&exp.output).with_context(|| format!("creating {}", exp.output.display()))?;
+    let cache = Mutex::new(Cache::<Verdict>::open(&exp.output.join("cache.jsonl"))?);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let bars = MultiProgress::new();
+    let mut verdicts: Vec<(String, std::collections::HashMap<String, Verdict>)> = Vec::new();
+    let mut manifest_judges = Vec::new();
+    let mut summaries = Vec::new();
+    let mut prompts = String::new();
+    for entry in &exp.judges {
+        let (source, model_hash) = match (&entry.gguf, &entry.model_id) {
+            (Some(path), _) => {
+                if !path.is_file() {
+                    bail!("judge `{}`: model file {} does not exist (run scripts/fetch-judges.sh)", entry.name, path.display());
+                }
+                (ModelSource::Gguf(path.clone()), file_sha256(path)?)
+            }
+            (None, Some(id)) => (ModelSource::Pretrained(id.clone()), format!("model-id:{id}")),
+            (None, None) => unreachable!("checked in read_experiment"),
+        };
+        let cfg = JudgeConfig {
+            name: entry.name.clone(),
+            source,
+            max_prompt_tokens: exp.runtime.max_prompt_tokens,
+            prefix_cache: exp.runtime.prefix_cache,
+            max_concurrency: exp.runtime.max_concurrency,
+        };
+        let load_start = Instant::now();
+        let judge = rt.block_on(Judge::load(cfg, template.clone()))?;
+        let load_seconds = load_start.elapsed().as_secs_f64();
+        let bar = bars.add(indicatif::ProgressBar::new(examples.len() as u64));
+        let results = rt.block_on(jury_runner::run_judge(
+            &judge,
+            &model_hash,
+            &examples,
+            &cache,
+            exp.runtime.max_concurrency,
+            exp.runtime.dump_prompts,
+            &bar,
+        ))?;
+        let summary = results.summary;
+        for ex in &examples {
+            if let Some(t) = results.tokens.get(&ex.id) {
+                let line = serde_json::json!({"judge": entry.name, "example_id": ex.id, "tokens": t});
+                let _ = writeln!(prompts, "{line}");
+            }
+        }
+        let v = results.verdicts;
+        let (pos, neg, tie) = judge.verdict_ids();
+        manifest_judges.push(serde_json::json!({
+            "name": entry.name, "model_sha256": model_hash, "load_seconds": load_seconds,
+            "judge_seconds": summary.seconds, "scored": summary.scored, "from_cache": summary.from_cache,
+            "verdict_token_ids": {"positive": pos, "negative": neg, "tie": tie},
+        }));
+        summaries.push(summary);
+        verdicts.push((entry.name.clone(), v));
+        drop(judge);
+    }
+    // The long judgments table and the matrix the aggregators read.
+    let mut builder = JudgmentsBuilder::new(2)?;
+    let mut table = String::from("example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated\n");
+    for ex in &examples {
+        for (judge, v) in &verdicts {
+            let Some(v) = v.get(&ex.id) else { continue };
+            builder.push_binary(&ex.id, judge, v.y)?;
+            let _ = writeln!(
+                table,
+                "{},{},{},{:e},{:e},{},{:e},{},{}",
+                csv_field(&ex.id),
+                csv_field(judge),
+                v.y.map_or(String::new(), |y| format!("{y:.6}")),
+                v.p_positive,
+                v.p_negative,
+                v.p_tie.map_or(String::new(), |t| format!("{t:e}")),
+                v.mass,
+                v.n_tokens,
+                v.truncated
+            );
+        }
+    }
+    let judgments = builder.build();
+    let pairs: Vec<(&str, usize)> = examples.iter().filter_map(|e| e.label.map(|l| (e.id.as_str(), l))).collect();
+    let (labels, _) = Labels::align(&judgments, pairs)?;
+    let mut labels_csv = String::from("example_id,label\n");
+    for e in &examples {
+        if let Some(l) = e.label {
+            let _ = writeln!(labels_csv, "{},{l}", csv_field(&e.id));
+        }
+    }
+    write_atomic(&exp.output.join("judgments.csv"), table.as_bytes())?;
+    write_atomic(&exp.output.join("labels.csv"), labels_csv.as_bytes())?;
+    if exp.runtime.dump_prompts {
+        write_atomic(&exp.output.join("prompts.jsonl"), prompts.as_bytes())?;
+    }
+    let resolved = serde_yaml::to_string(&exp).context("serialising the resolved config")?;
+    write_atomic(&exp.output.join("config.resolved.yaml"), resolved.as_bytes())?;
+    println!();
+    for s in &summaries {
+        println!("{:>20}: {} scored, {} from cache, {:.1} s", s.judge, s.scored, s.from_cache, s.seconds);
+    }
+    println!();
+    aggregate::write_results(&judgments, Some(&labels), &settings, &exp.output)?;
+    let mean_mass: BTreeMap<&str, f64> = verdicts
+        .iter()
+        .map(|(j, v)| (j.as_str(), v.values().map(|x| x.mass).sum::<f64>() / v.len().max(1) as f64))
+        .collect();
+    println!("mean captured mass P(positive)+P(negative): {mean_mass:?}");
+    let manifest = serde_json::json!({
+        "experiment": exp.name,
+        "jury_version": env!("CARGO_PKG_VERSION"),
+        "engine": "mistralrs 0.8.1 (candle 0.10.2)",
+        "extraction_rule": EXTRACTION_RULE,
+        "template": {"path": exp.prompt, "sha256": jury_cache::key(&[template.source_text.as_bytes()])},
+        "dataset": {"name": exp.dataset.name, "path": exp.dataset.path, "examples": examples.len()},
+        "dequantized_weights": std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some(),
+        "judges": manifest_judges,
+        "mean_captured_mass": mean_mass,
+        "total_seconds": started.elapsed().as_secs_f64(),
+    });
+    write_atomic(&exp.output.join("manifest.json"), serde_json::to_string_pretty(&manifest)?.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! One judge: a loaded mistral.rs model plus a prompt template.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use either::Either;
+use mistralrs::core::RequestMessage;
+use mistralrs::{
+    DType, GgufModelBuilder, Model, NormalRequest, Request, Response, SamplingParams, Tensor, TextMessageRole,
+    TextMessages, TextModelBuilder,
+};
+
+use crate::{JudgeError, Template};
+
+/// Version of the rule that turns logits into a verdict; part of every cache key, so a
+/// change here invalidates cached results.
+pub const EXTRACTION_RULE: &str = "full-vocab-softmax; verdict variants: word, ' word', lowercase, ' lowercase' (single tokens, summed); v1";
+
+/// Where a judge's weights come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A local GGUF file (CPU, the default on these machines).
+    Gguf(PathBuf),
+    /// A safetensors model directory, or a hub model id for users with a hub (GPU with
+    /// the `cuda` feature).
+    Pretrained(String),
+}
+
+/// Settings of one judge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeConfig {
+    pub name: String,
+    pub source: ModelSource,
+    /// Prompts longer than this are truncated (see [`Judge::render`]).
+    pub max_prompt_tokens: usize,
+    /// Cache the KV of shared prompt prefixes (the system prompt) across examples.
+    pub prefix_cache: bool,
+    /// Requests in flight at once (batched by mistral.rs).
+    pub max_concurrency: usize,
+}
+
+/// One judgment: the normalised verdict probability and the raw numbers behind it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Verdict {
+    /// P(positive) / (P(positive) + P(negative)); `None` if both underflow to 0.
+    pub y: Option<f64>,
+    pub p_positive: f64,
+    pub p_negative: f64,
+    /// The tie token's probability (pairwise tasks with a tie verdict).
+    pub p_tie: Option<f64>,
+    /// P(positive) + P(negative): how much of the distribution answers the question.
+    pub mass: f64,
+    pub n_tokens: usize,
+    pub truncated: bool,
+}
+
+/// Verdict probabilities from a full-vocabulary logits vector, in f64.
+pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], tie: &[u32]) -> Verdict {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let z: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    let p = |ids: &[u32]| -> f64 {
+        ids.iter().filter_map(|&i| logits.get(i as usize)).map(|&l| (l as f64 - max).exp() / z).sum()
+    };
+    let (p_positive, p_negative) = (p(positive), p(negative));
+    let mass = p_positive + p_negative;
+    Verdict {
+        y: (mass > 0.0).then(|| p_positive / mass),
+        p_positive,
+        p_negative,
+        p_tie: (!tie.is_empty()).then(|| p(tie)),
+        mass,
+        n_tokens: 0,
+        truncated: false,
+    }
+}
+
+/// A loaded judge.
+pub struct Judge {
+    cfg: JudgeConfig,
+    template: Template,
+    model: Model,
+    prefix: Vec<u32>,
+    positive: Vec<u32>,
+    negative: Vec<u32>,
+    tie: Vec<u32>,
+    next_id: AtomicUsize,
+}
+
+impl Judge {
+    pub async fn load(cfg: JudgeConfig, template: Template) -> Result<Self, JudgeError> {
+        let load_err = |e: anyhow::Error| JudgeError::Load { judge: cfg.name.clone(), reason: format!("{e:#}") };
+        let prefix_cache = cfg.prefix_cache.then_some(16);
+        let model = match &cfg.source {
+            ModelSource::Gguf(path) => {
+                // mistral.rs takes a missing local path for a hub id and goes online.
+                if !path.is_file() {
+                    return Err(JudgeError::ModelMissing { judge: cfg.name.clone(), path: path.clone() });
+                }
+                let dir = path.parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_else(|| ".".into());
+                let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                let b = GgufModelBuilder::new(dir, vec![file])
+                    .with_prefix_cache_n(prefix_cache)
+                    .with_max_num_seqs(cfg.max_concurrency.max(1));
+                #[cfg(not(feature = "cuda"))]
+                let b = b.with_force_cpu();
+                b.build().await.map_err(load_err)?
+            }
+            ModelSource::Pretrained(id) => {
+                let b = TextModelBuilder::new(id)
+                    .with_prefix_cache_n(prefix_cache)
+                    .with_max_num_seqs(cfg.max_concurrency.max(1));
+                #[cfg(not(feature = "cuda"))]
+                let b = b.with_force_cpu();
+                b.build().await.map_err(load_err)?
+            }
+        };
+        let mut judge = Judge {
+            cfg,
+            template,
+            model,
+            prefix: Vec::new(),
+            positive: Vec::new(),
+            negative: Vec::new(),
+            tie: Vec::new(),
+            next_id: AtomicUsize::new(0),
+        };
+        judge.prefix = judge.tokenize_text(&judge.template.answer_prefix.clone()).await?;
+        judge.positive = judge.variant_ids(&judge.template.positive.clone()).await?;
+        judge.negative = judge.variant_ids(&judge.template.negative.clone()).await?;
+        if let Some(tie) = judge.template.tie.clone() {
+            judge.tie = judge.variant_ids(&tie).await?;
+        }
+        Ok(judge)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    pub fn config(&self) -> &JudgeConfig {
+        &self.cfg
+    }
+
+    pub fn template(&self) -> &Template {
+        &self.template
+    }
+
+    /// Token ids read as each verdict (positive, negative, tie).
+    pub fn verdict_ids(&self) -> (&[u32], &[u32], &[u32]) {
+        (&self.positive, &self.negative, &self.tie)
+    }
+
+    fn engine_err(&self, e: impl std::fmt::Display) -> JudgeError {
+        JudgeError::Engine { judge: self.cfg.name.clone(), reason: e.to_string() }
+    }
+
+    async fn tokenize_text(&self, text: &str) -> Result<Vec<u32>, JudgeError> {
+        self.model.tokenize(Either::Right(text.to_owned()), None, false, false, None).await.map_err(|e| self.engine_err(e))
+    }
+
+    /// Single-token ids of the verdict word's variants (`Yes`, ` Yes`, `yes`, ` yes`).
+    async fn variant_ids(&self, word: &str) -> Result<Vec<u32>, JudgeError> {
+        let mut ids = Vec::new();
+        for v in [word.to_owned(), format!(" {word}"), word.to_lowercase(), format!(" {}", word.to_lowercase())] {
+            let t = self.tokenize_text(&v).await?;
+            if let [id] = t[..]
+                && !ids.contains(&id)
+            {
+                ids.push(id);
+            }
+        }
+        if ids.is_empty() {
+            return Err(JudgeError::VerdictToken { judge: self.cfg.name.clone(), word: word.to_owned() });
+        }
+        Ok(ids)
+    }
+
+    async fn chat_tokens(&self, user: String) -> Result<Vec<u32>, JudgeError> {
+        let msgs = TextMessages::new()
+            .add_message(TextMessageRole::System, &self.template.system)
+            .add_message(TextMessageRole::User, user);
+        let mut toks =
+            self.model.tokenize(Either::Left(msgs), None, true, true, None).await.map_err(|e| self.engine_err(e))?;
+        toks.extend_from_slice(&self.prefix);
+        Ok(toks)
+    }
+
+    /// The exact token sequence judged for an example: the model's chat template over
+    /// the system prompt and the rendered user turn, with the generation prompt, then
+    /// the answer prefix. Truncation rule: while the sequence is longer than
+    /// `max_prompt_tokens`, the longest example field is cut to three quarters of its
+    /// characters (keeping its start, marked with "..."); the instruction, the other
+    /// template text and the forced prefix are never cut. Returns whether it truncated.
+    pub async fn render(&self, example: &str, fields: &BTreeMap<String, String>) -> Result<(Vec<u32>, bool), JudgeError> {
+        let ex_err = |reason: String| JudgeError::Example {
+            judge: self.cfg.name.clone(),
+            example: example.to_owned(),
+            reason,
+        };
+        let mut fields = fields.clone();
+        let mut truncated = false;
+        for _ in 0..40 {
+            let user = self.template.render_user(&fields).map_err(ex_err)?;
+            let toks = self.chat_tokens(user).await?;
+            if toks.len() <= self.cfg.max_prompt_tokens {
+                return Ok((toks, truncated));
+            }
+            let Some((_, longest)) = fields.iter_mut().max_by_key(|(_, v)| v.len()).filter(|(_, v)| v.len() > 16) else {
+                break;
+            };
+            let keep = longest.char_indices().nth(longest.chars().count() * 3 / 4).map_or(longest.len(), |(i, _)| i);
+            longest.truncate(keep);
+            longest.push_str("...");
+            truncated = true;
+        }
+        Err(ex_err(format!("prompt does not fit in {} tokens even with its fields truncated", self.cfg.max_prompt_tokens)))
+    }
+
+    /// Runs the model on `tokens` (prefill plus one step) and reads the verdict.
+    pub async fn score(&self, example: &str, tokens: Vec<u32>) -> Result<Verdict, JudgeError> {
+        let n_tokens = tokens.len();
+        let slot: Arc<Mutex<Option<Vec<f32>>>> = Arc::new(Mutex::new(None));
+        let sink = slot.clone();
+        let processor = move |logits: &Tensor, _context: &[u32]| -> mistralrs::Result<Tensor> {
+            let v = logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            if let Ok(mut s) = sink.lock()
+                && s.is_none()
+            {
+                *s = Some(v);
+            }
+            Ok(logits.clone())
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let mut params = SamplingParams::deterministic();
+        params.max_len = Some(1);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut req = NormalRequest::new_simple(RequestMessage::CompletionTokens(tokens), params, tx, id, None, None);
+        req.logits_processors = Some(vec![Arc::new(processor)]);
+        let sender = self.model.inner().get_sender(None).map_err(|e| self.engine_err(e))?;
+        sender.send(Request::Normal(Box::new(req))).await.map_err(|e| self.engine_err(e))?;
+        let ex_err = |reason: String| JudgeError::Example {
+            judge: self.cfg.name.clone(),
+            example: example.to_owned(),
+            reason,
+        };
+        loop {
+            match rx.recv().await {
+                Some(Response::CompletionDone(_)) | Some(Response::Done(_)) => break,
+                Some(Response::CompletionModelError(e, _)) | Some(Response::ModelError(e, _)) => return Err(ex_err(e)),
+                Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => return Err(ex_err(e.to_string())),
+                Some(_) => continue,
+                None => return Err(ex_err("the engine closed the response channel".into())),
+            }
+        }
+        let logits = slot.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| ex_err("no logits were captured".into()))?;
+        let mut v = verdict_from_logits(&logits, &self.positive, &self.negative, &self.tie);
+        v.n_tokens = n_tokens;
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_is_a_full_vocabulary_softmax() {
+        // Vocabulary of 4: logits ln(1), ln(2), ln(3), ln(4); Z = 10.
+        let logits: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
+        let v = verdict_from_logits(&logits, &[1], &[0, 2], &[]);
+        assert!((v.p_positive - 0.2).abs() < 1e-6);
+        assert!((v.p_negative - 0.4).abs() < 1e-6);
+        assert!((v.mass - 0.6).abs() < 1e-6);
+        assert!((v.y.unwrap() - 1.0 / 3.0).abs() < 1e-6);
+        assert_eq!(v.p_tie, None);
+        let t = verdict_from_logits(&logits, &[1], &[0], &[3]);
+        assert!((t.p_tie.unwrap() - 0.4).abs() < 1e-6);
+    }
+
+    #[test]
+    fn extreme_logits_do_not_overflow() {
+        let v = verdict_from_logits(&[1000.0, -1000.0, 0.0], &[0], &[1], &[]);
+        assert!((v.y.unwrap() - 1.0).abs() < 1e-12);
+        let none = verdict_from_logits(&[0.0, -2000.0, -2000.0], &[1], &[2], &[]);
+        assert_eq!(none.y, None);
+    }
+}

@@ -1,0 +1,100 @@
+//! `jury run` end to end with the smallest real judge (SmolLM2-135M through mistral.rs):
+//! proper probabilities, and a run killed with SIGKILL resumes without redoing or
+//! duplicating finished work. Needs `scripts/fetch-judges.sh --small` (CI runs it).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use jury_tests::{jury, jury_bin, repo_root};
+use serde_json::Value;
+
+fn smollm() -> PathBuf {
+    let p = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.is_file(), "{} is missing: run scripts/fetch-judges.sh --small", p.display());
+    p
+}
+
+fn config(dir: &Path, limit: usize) -> PathBuf {
+    let root = repo_root();
+    let text = format!(
+        "name: e2e\n\
+         dataset: {{name: demo-facts, path: {data}, limit: {limit}, seed: 3}}\n\
+         prompt: {prompt}\n\
+         judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
+         runtime: {{max_concurrency: 2, max_prompt_tokens: 1024}}\n\
+         output: {out}\n",
+        data = root.join("datasets/demo-facts.csv").display(),
+        prompt = root.join("prompts/demo-facts.yaml").display(),
+        model = smollm().display(),
+        out = dir.join("out").display(),
+    );
+    let p = dir.join("exp.yaml");
+    fs::write(&p, text).unwrap();
+    p
+}
+
+fn lines(p: &Path) -> Vec<String> {
+    fs::read_to_string(p).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+fn judge_manifest(dir: &Path) -> Value {
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.join("out/manifest.json")).unwrap()).unwrap();
+    m["judges"][0].clone()
+}
+
+#[test]
+fn real_judge_gives_proper_probabilities_and_reruns_from_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 4);
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = lines(&dir.path().join("out/judgments.csv"));
+    assert_eq!(rows[0], "example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated");
+    assert_eq!(rows.len(), 5);
+    for row in &rows[1..] {
+        let f: Vec<&str> = row.split(',').collect();
+        let (p, pos, neg, mass): (f64, f64, f64, f64) =
+            (f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap(), f[6].parse().unwrap());
+        assert!((0.0..=1.0).contains(&p) && mass > 0.0 && mass <= 1.0 + 1e-9, "{row}");
+        assert!((p - pos / (pos + neg)).abs() < 1e-5, "{row}");
+        assert!(f[7].parse::<usize>().unwrap() > 20, "token count {row}");
+    }
+    assert_eq!(judge_manifest(dir.path())["scored"], 4);
+    let again = jury(&["run", cfg.to_str().unwrap()]);
+    assert!(again.status.success());
+    let m = judge_manifest(dir.path());
+    assert_eq!((m["scored"].as_u64(), m["from_cache"].as_u64()), (Some(0), Some(4)));
+    assert_eq!(lines(&dir.path().join("out/cache.jsonl")).len(), 4);
+}
+
+#[test]
+fn killed_run_resumes_without_redoing_or_duplicating() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 16);
+    let cache = dir.path().join("out/cache.jsonl");
+    let mut child = Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while lines(&cache).len() < 3 && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // Whole lines only: a line torn by the kill is not finished work.
+    let done_before = fs::read_to_string(&cache).unwrap_or_default().matches('\n').count();
+    assert!(done_before >= 3, "the first run finished only {done_before} judgments");
+
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = judge_manifest(dir.path());
+    let (scored, cached) = (m["scored"].as_u64().unwrap() as usize, m["from_cache"].as_u64().unwrap() as usize);
+    assert_eq!(scored + cached, 16);
+    assert!(cached >= done_before.min(16), "resumed run re-scored finished work: {cached} from cache, {done_before} done");
+    let all = lines(&cache);
+    assert_eq!(all.len(), 16, "one cache line per judgment, no duplicates");
+    let keys: std::collections::HashSet<String> =
+        all.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["key"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(keys.len(), 16);
+    assert_eq!(lines(&dir.path().join("out/judgments.csv")).len(), 17);
+}
