@@ -4,7 +4,9 @@
 use std::fs;
 use std::path::Path;
 
-use jury_tests::{jury, repo_root};
+mod common;
+
+use common::{jury, repo_root};
 use serde_json::Value;
 
 fn path_str(p: &Path) -> &str {

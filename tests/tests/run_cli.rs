@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use jury_tests::{jury, jury_bin, repo_root};
+mod common;
+
+use common::{jury, jury_bin, repo_root};
 use serde_json::Value;
 
 fn smollm() -> PathBuf {
@@ -90,7 +92,10 @@ fn killed_run_resumes_without_redoing_or_duplicating() {
     let m = judge_manifest(dir.path());
     let (scored, cached) = (m["scored"].as_u64().unwrap() as usize, m["from_cache"].as_u64().unwrap() as usize);
     assert_eq!(scored + cached, 16);
-    assert!(cached >= done_before.min(16), "resumed run re-scored finished work: {cached} from cache, {done_before} done");
+    assert!(
+        cached >= done_before.min(16),
+        "resumed run re-scored finished work: {cached} from cache, {done_before} done"
+    );
     let all = lines(&cache);
     assert_eq!(all.len(), 16, "one cache line per judgment, no duplicates");
     let keys: std::collections::HashSet<String> =

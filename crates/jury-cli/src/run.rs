@@ -94,7 +94,8 @@ impl Default for Runtime {
 
 fn read_experiment(path: &Path) -> Result<Experiment> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let exp: Experiment = serde_yaml::from_str(&text).with_context(|| format!("{}: invalid experiment", path.display()))?;
+    let exp: Experiment =
+        serde_yaml::from_str(&text).with_context(|| format!("{}: invalid experiment", path.display()))?;
     if exp.judges.is_empty() {
         bail!("{}: `judges` is empty", path.display());
     }
@@ -146,7 +147,11 @@ pub fn run(args: Args) -> Result<()> {
         let (source, model_hash) = match (&entry.gguf, &entry.model_id) {
             (Some(path), _) => {
                 if !path.is_file() {
-                    bail!("judge `{}`: model file {} does not exist (run scripts/fetch-judges.sh)", entry.name, path.display());
+                    bail!(
+                        "judge `{}`: model file {} does not exist (run scripts/fetch-judges.sh)",
+                        entry.name,
+                        path.display()
+                    );
                 }
                 (ModelSource::Gguf(path.clone()), file_sha256(path)?)
             }

@@ -16,7 +16,8 @@ use crate::{JudgeError, Template};
 
 /// Version of the rule that turns logits into a verdict; part of every cache key, so a
 /// change here invalidates cached results.
-pub const EXTRACTION_RULE: &str = "full-vocab-softmax; verdict variants: word, ' word', lowercase, ' lowercase' (single tokens, summed); v1";
+pub const EXTRACTION_RULE: &str =
+    "full-vocab-softmax; verdict variants: word, ' word', lowercase, ' lowercase' (single tokens, summed); v1";
 
 /// Where a judge's weights come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,7 +158,10 @@ impl Judge {
     }
 
     async fn tokenize_text(&self, text: &str) -> Result<Vec<u32>, JudgeError> {
-        self.model.tokenize(Either::Right(text.to_owned()), None, false, false, None).await.map_err(|e| self.engine_err(e))
+        self.model
+            .tokenize(Either::Right(text.to_owned()), None, false, false, None)
+            .await
+            .map_err(|e| self.engine_err(e))
     }
 
     /// Single-token ids of the verdict word's variants (`Yes`, ` Yes`, `yes`, ` yes`).
@@ -193,12 +197,13 @@ impl Judge {
     /// `max_prompt_tokens`, the longest example field is cut to three quarters of its
     /// characters (keeping its start, marked with "..."); the instruction, the other
     /// template text and the forced prefix are never cut. Returns whether it truncated.
-    pub async fn render(&self, example: &str, fields: &BTreeMap<String, String>) -> Result<(Vec<u32>, bool), JudgeError> {
-        let ex_err = |reason: String| JudgeError::Example {
-            judge: self.cfg.name.clone(),
-            example: example.to_owned(),
-            reason,
-        };
+    pub async fn render(
+        &self,
+        example: &str,
+        fields: &BTreeMap<String, String>,
+    ) -> Result<(Vec<u32>, bool), JudgeError> {
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
         let mut fields = fields.clone();
         let mut truncated = false;
         for _ in 0..40 {
@@ -207,7 +212,8 @@ impl Judge {
             if toks.len() <= self.cfg.max_prompt_tokens {
                 return Ok((toks, truncated));
             }
-            let Some((_, longest)) = fields.iter_mut().max_by_key(|(_, v)| v.len()).filter(|(_, v)| v.len() > 16) else {
+            let Some((_, longest)) = fields.iter_mut().max_by_key(|(_, v)| v.len()).filter(|(_, v)| v.len() > 16)
+            else {
                 break;
             };
             let keep = longest.char_indices().nth(longest.chars().count() * 3 / 4).map_or(longest.len(), |(i, _)| i);
@@ -215,7 +221,10 @@ impl Judge {
             longest.push_str("...");
             truncated = true;
         }
-        Err(ex_err(format!("prompt does not fit in {} tokens even with its fields truncated", self.cfg.max_prompt_tokens)))
+        Err(ex_err(format!(
+            "prompt does not fit in {} tokens even with its fields truncated",
+            self.cfg.max_prompt_tokens
+        )))
     }
 
     /// Runs the model on `tokens` (prefill plus one step) and reads the verdict.
@@ -240,21 +249,21 @@ impl Judge {
         req.logits_processors = Some(vec![Arc::new(processor)]);
         let sender = self.model.inner().get_sender(None).map_err(|e| self.engine_err(e))?;
         sender.send(Request::Normal(Box::new(req))).await.map_err(|e| self.engine_err(e))?;
-        let ex_err = |reason: String| JudgeError::Example {
-            judge: self.cfg.name.clone(),
-            example: example.to_owned(),
-            reason,
-        };
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
         loop {
             match rx.recv().await {
                 Some(Response::CompletionDone(_)) | Some(Response::Done(_)) => break,
                 Some(Response::CompletionModelError(e, _)) | Some(Response::ModelError(e, _)) => return Err(ex_err(e)),
-                Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => return Err(ex_err(e.to_string())),
+                Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
+                    return Err(ex_err(e.to_string()));
+                }
                 Some(_) => continue,
                 None => return Err(ex_err("the engine closed the response channel".into())),
             }
         }
-        let logits = slot.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| ex_err("no logits were captured".into()))?;
+        let logits =
+            slot.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| ex_err("no logits were captured".into()))?;
         let mut v = verdict_from_logits(&logits, &self.positive, &self.negative, &self.tie);
         v.n_tokens = n_tokens;
         Ok(v)

@@ -68,7 +68,8 @@ mod tests {
             "task: t\nsystem: s\nuser: \"Q: {question}\\nA: {answer}\"\nanswer_prefix: \"[[\"\npositive: \"Yes\"\nnegative: \"No\"\n",
         )
         .unwrap();
-        let mut f = BTreeMap::from([("question".to_owned(), "Why?".to_owned()), ("answer".to_owned(), "Because.".to_owned())]);
+        let mut f =
+            BTreeMap::from([("question".to_owned(), "Why?".to_owned()), ("answer".to_owned(), "Because.".to_owned())]);
         assert_eq!(t.render_user(&f).unwrap(), "Q: Why?\nA: Because.");
         f.remove("answer");
         assert!(t.render_user(&f).unwrap_err().contains("{answer}"));

@@ -1,0 +1,47 @@
+//! `jury`: the command-line layer. Parses arguments, wires the library crates together
+//! and turns every failure into a one-line error with exit code 2. A library so that the
+//! end-to-end test crate can build the very same program as its own binary target.
+
+mod aggregate;
+mod report;
+mod run;
+mod simulate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "jury", version, about = "Judge with a jury of LLMs: aggregate, calibrate and score judgments.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Combine judges without reference labels; score against labels when given.
+    Aggregate(aggregate::Args),
+    /// Write a simulated jury with known skills (judgments.csv, labels.csv).
+    Simulate(simulate::Args),
+    /// Run a YAML experiment: judges over a data set, then aggregation and scoring.
+    Run(run::Args),
+}
+
+/// The whole `jury` program.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Aggregate(args) => aggregate::run(args),
+        Command::Simulate(args) => simulate::run(args),
+        Command::Run(args) => run::prepare_environment(&args).and_then(|()| run::run(args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole context chain on one line: "outer: inner: cause".
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Helpers shared by the end-to-end tests: run the real `jury` program (this package's
+//! `jury-e2e` binary: `jury_cli::main`, the same code as `jury`) the way a user does.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Path of the program under test; cargo builds it for integration tests.
+pub fn jury_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_jury-e2e"))
+}
+
+/// Runs the program with `args`.
+pub fn jury(args: &[&str]) -> Output {
+    Command::new(jury_bin()).args(args).output().expect("starting jury")
+}
+
+/// Repository root (for committed data sets, prompts and fetched models).
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root")
+}
