@@ -34,7 +34,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Aggregate(args) => aggregate::run(args),
         Command::Simulate(args) => simulate::run(args),
-        Command::Run(args) => run::prepare_environment(&args).and_then(|()| run::run(args)),
+        Command::Run(args) => run::prepare(&args).and_then(run::run),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

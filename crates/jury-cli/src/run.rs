@@ -108,14 +108,15 @@ fn read_experiment(path: &Path) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// Called before any thread starts: candle reads this variable once per thread.
-pub fn prepare_environment(args: &Args) -> Result<()> {
+/// Reads the experiment and prepares the process environment. Called before any thread
+/// starts: candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
+pub fn prepare(args: &Args) -> Result<Experiment> {
     let exp = read_experiment(&args.config)?;
     if exp.runtime.dequantize && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
         // SAFETY: called from `main` before the async runtime or any other thread exists.
         unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
     }
-    Ok(())
+    Ok(exp)
 }
 
 fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Example> {
@@ -128,9 +129,9 @@ fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Ex
     keep.into_iter().filter_map(|i| taken[i].take()).collect()
 }
 
-pub fn run(args: Args) -> Result<()> {
+/// Runs an experiment returned by [`prepare`].
+pub fn run(exp: Experiment) -> Result<()> {
     let started = Instant::now();
-    let exp = read_experiment(&args.config)?;
     let settings = Settings::new(&exp.aggregate)?;
     let examples = jury_datasets::load(&exp.dataset.name, &exp.dataset.path)?;
     let examples = sample(examples, exp.dataset.limit, exp.dataset.seed);
