@@ -103,3 +103,44 @@ fn killed_run_resumes_without_redoing_or_duplicating() {
     assert_eq!(keys.len(), 16);
     assert_eq!(lines(&dir.path().join("out/judgments.csv")).len(), 17);
 }
+
+#[test]
+fn pairwise_task_judged_in_both_orders_is_averaged_in_the_original_orientation() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = repo_root();
+    let text = format!(
+        "name: pairs\n\
+         dataset: {{name: llmbar, path: {data}, limit: 2, seed: 1, both_orders: true}}\n\
+         prompt: {prompt}\n\
+         judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
+         runtime: {{max_concurrency: 2, max_prompt_tokens: 1024}}\n\
+         output: {out}\n",
+        data = root.join("datasets/demo-pairs.json").display(),
+        prompt = root.join("prompts/chatbot-arena.yaml").display(),
+        model = smollm().display(),
+        out = dir.path().join("out").display(),
+    );
+    let cfg = dir.path().join("exp.yaml");
+    fs::write(&cfg, text).unwrap();
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(judge_manifest(dir.path())["scored"], 4, "two pairs, two orders each");
+    let by_order = lines(&dir.path().join("out/judgments_by_order.csv"));
+    assert_eq!(by_order.len(), 5);
+    let p_of = |rows: &[String], id: &str, order: Option<&str>| -> f64 {
+        rows.iter()
+            .map(|r| r.split(',').collect::<Vec<_>>())
+            .find(|f| f[0] == id && order.is_none_or(|o| f[2] == o))
+            .map(|f| f[if order.is_some() { 3 } else { 2 }].parse().unwrap())
+            .unwrap()
+    };
+    let judged = lines(&dir.path().join("out/judgments.csv"));
+    assert_eq!(judged.len(), 3);
+    for row in &judged[1..] {
+        let id = row.split(',').next().unwrap();
+        let (ab, ba) = (p_of(&by_order, id, Some("ab")), p_of(&by_order, id, Some("ba")));
+        let tie: f64 = row.split(',').nth(5).unwrap().parse().unwrap();
+        assert!(tie > 0.0 && tie < 1.0, "the tie verdict C is read: {row}");
+        assert!((p_of(&judged, id, None) - (ab + ba) / 2.0).abs() < 2e-6, "{row} vs {ab} {ba}");
+    }
+}

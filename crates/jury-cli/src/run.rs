@@ -5,7 +5,9 @@
 //! Output directory layout: `cache.jsonl` (durable per-judgment cache),
 //! `judgments.csv` (long format: example_id, judge, p, p_positive, p_negative, p_tie,
 //! mass, n_tokens, truncated), `labels.csv`, `metrics.json`, `predictions.csv`,
-//! `config.resolved.yaml`, `manifest.json` (versions, model and template hashes, timings).
+//! `config.resolved.yaml`, `manifest.json` (versions, model and template hashes, timings),
+//! and with `dataset.both_orders` `judgments_by_order.csv` (example_id, judge, order ab|ba,
+//! p oriented as the original order) while `judgments.csv` holds the two orders' mean.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -52,7 +54,8 @@ pub struct Experiment {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetConfig {
-    /// demo-facts, truthfulqa or halueval-dialogue.
+    /// One of `jury_datasets::KNOWN` (demo-facts, truthfulqa, halueval-dialogue,
+    /// chatbot-arena, llmbar).
     pub name: String,
     pub path: PathBuf,
     /// Judge only this many examples, drawn with `seed` (kept in file order).
@@ -60,6 +63,11 @@ pub struct DatasetConfig {
     pub limit: Option<usize>,
     #[serde(default)]
     pub seed: u64,
+    /// Pairwise tasks: judge every pair in both orders (A/B and B/A) and average in the
+    /// original orientation (position-bias de-biasing); per-order results go to
+    /// `judgments_by_order.csv`.
+    #[serde(default)]
+    pub both_orders: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -129,12 +137,22 @@ fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Ex
     keep.into_iter().filter_map(|i| taken[i].take()).collect()
 }
 
+fn fmt_p(p: Option<f64>) -> String {
+    p.map_or(String::new(), |y| format!("{y:.6}"))
+}
+
 /// Runs an experiment returned by [`prepare`].
 pub fn run(exp: Experiment) -> Result<()> {
     let started = Instant::now();
     let settings = Settings::new(&exp.aggregate)?;
     let examples = jury_datasets::load(&exp.dataset.name, &exp.dataset.path)?;
     let examples = sample(examples, exp.dataset.limit, exp.dataset.seed);
+    let mut judged = examples.clone();
+    if exp.dataset.both_orders {
+        for e in &examples {
+            judged.push(jury_datasets::swapped(e, &exp.dataset.path)?);
+        }
+    }
     let template = Template::load(&exp.prompt)?;
     std::fs::create_dir_all(&exp.output).with_context(|| format!("creating {}", exp.output.display()))?;
     let cache = Mutex::new(Cache::<Verdict>::open(&exp.output.join("cache.jsonl"))?);
@@ -144,6 +162,7 @@ pub fn run(exp: Experiment) -> Result<()> {
     let mut manifest_judges = Vec::new();
     let mut summaries = Vec::new();
     let mut prompts = String::new();
+    let mut by_order = String::from("example_id,judge,order,p\n");
     for entry in &exp.judges {
         let (source, model_hash) = match (&entry.gguf, &entry.model_id) {
             (Some(path), _) => {
@@ -169,24 +188,41 @@ pub fn run(exp: Experiment) -> Result<()> {
         let load_start = Instant::now();
         let judge = rt.block_on(Judge::load(cfg, template.clone()))?;
         let load_seconds = load_start.elapsed().as_secs_f64();
-        let bar = bars.add(indicatif::ProgressBar::new(examples.len() as u64));
+        let bar = bars.add(indicatif::ProgressBar::new(judged.len() as u64));
         let results = rt.block_on(jury_runner::run_judge(
             &judge,
             &model_hash,
-            &examples,
+            &judged,
             &cache,
             exp.runtime.max_concurrency,
             exp.runtime.dump_prompts,
             &bar,
         ))?;
         let summary = results.summary;
-        for ex in &examples {
+        for ex in &judged {
             if let Some(t) = results.tokens.get(&ex.id) {
                 let line = serde_json::json!({"judge": entry.name, "example_id": ex.id, "tokens": t});
                 let _ = writeln!(prompts, "{line}");
             }
         }
-        let v = results.verdicts;
+        let mut v = results.verdicts;
+        if exp.dataset.both_orders {
+            let mut rows = String::new();
+            for ex in &examples {
+                let sw = format!("{}{}", ex.id, jury_datasets::SWAPPED_SUFFIX);
+                for (order, id, flip) in [("ab", &ex.id, false), ("ba", &sw, true)] {
+                    if let Some(x) = v.get(id) {
+                        let p = x.y.map(|y| if flip { 1.0 - y } else { y });
+                        let _ = writeln!(rows, "{},{},{order},{}", csv_field(&ex.id), csv_field(&entry.name), fmt_p(p));
+                    }
+                }
+                if let (Some(ab), Some(ba)) = (v.get(&ex.id), v.get(&sw)) {
+                    let d = Verdict::debiased(ab, ba);
+                    v.insert(ex.id.clone(), d);
+                }
+            }
+            by_order.push_str(&rows);
+        }
         let (pos, neg, tie) = judge.verdict_ids();
         manifest_judges.push(serde_json::json!({
             "name": entry.name, "model_sha256": model_hash, "load_seconds": load_seconds,
@@ -209,7 +245,7 @@ pub fn run(exp: Experiment) -> Result<()> {
                 "{},{},{},{:e},{:e},{},{:e},{},{}",
                 csv_field(&ex.id),
                 csv_field(judge),
-                v.y.map_or(String::new(), |y| format!("{y:.6}")),
+                fmt_p(v.y),
                 v.p_positive,
                 v.p_negative,
                 v.p_tie.map_or(String::new(), |t| format!("{t:e}")),
@@ -230,6 +266,9 @@ pub fn run(exp: Experiment) -> Result<()> {
     }
     write_atomic(&exp.output.join("judgments.csv"), table.as_bytes())?;
     write_atomic(&exp.output.join("labels.csv"), labels_csv.as_bytes())?;
+    if exp.dataset.both_orders {
+        write_atomic(&exp.output.join("judgments_by_order.csv"), by_order.as_bytes())?;
+    }
     if exp.runtime.dump_prompts {
         write_atomic(&exp.output.join("prompts.jsonl"), prompts.as_bytes())?;
     }

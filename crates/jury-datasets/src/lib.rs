@@ -26,9 +26,14 @@ pub enum DatasetError {
     Field { path: PathBuf, line: u64, field: String, reason: String },
     #[error("{} line {line}: {reason}", path.display())]
     Line { path: PathBuf, line: u64, reason: String },
-    #[error("unknown data set `{0}` (known: demo-facts, truthfulqa, halueval-dialogue)")]
+    #[error("unknown data set `{0}` (known: {KNOWN})")]
     Unknown(String),
+    #[error("{}: `{id}`: swapping answer order needs a pairwise example (fields answer_a and answer_b)", path.display())]
+    NotPairwise { path: PathBuf, id: String },
 }
+
+/// Names accepted by [`load`].
+pub const KNOWN: &str = "demo-facts, truthfulqa, halueval-dialogue, chatbot-arena, llmbar";
 
 /// The data sets this crate can load, by the name configs use.
 pub fn load(name: &str, path: &Path) -> Result<Vec<Example>, DatasetError> {
@@ -36,6 +41,8 @@ pub fn load(name: &str, path: &Path) -> Result<Vec<Example>, DatasetError> {
         "demo-facts" => demo_facts(path),
         "truthfulqa" => truthfulqa(path),
         "halueval-dialogue" => halueval_dialogue(path),
+        "chatbot-arena" => chatbot_arena(path),
+        "llmbar" => llmbar(path),
         other => Err(DatasetError::Unknown(other.to_owned())),
     }
 }
@@ -157,6 +164,141 @@ pub fn halueval_dialogue(path: &Path) -> Result<Vec<Example>, DatasetError> {
     Ok(out)
 }
 
+/// Chatbot Arena, Kaggle `lmsys-chatbot-arena` `train.csv` (columns `id`, `model_a`,
+/// `model_b`, `prompt`, `response_a`, `response_b`, `winner_model_a`, `winner_model_b`,
+/// `winner_tie`; `prompt` and the responses are JSON lists of turns). Kept as the paper
+/// did: single-turn conversations without a tie (34,297 rows of the full file). Label 1 =
+/// A won. Ids `arena-<id>`; `model_a` / `model_b` ride along as fields.
+pub fn chatbot_arena(path: &Path) -> Result<Vec<Example>, DatasetError> {
+    let (headers, rows) = csv_records(path)?;
+    let col = |name: &str| column(path, &headers, name);
+    let (id, ma, mb, prompt, ra, rb, wa, wb, wt) = (
+        col("id")?,
+        col("model_a")?,
+        col("model_b")?,
+        col("prompt")?,
+        col("response_a")?,
+        col("response_b")?,
+        col("winner_model_a")?,
+        col("winner_model_b")?,
+        col("winner_tie")?,
+    );
+    let mut out = Vec::new();
+    for (line, r) in rows {
+        let field_err = |field: &str, reason: String| DatasetError::Field {
+            path: path.to_owned(),
+            line,
+            field: field.to_owned(),
+            reason,
+        };
+        let turns = |c: usize, field: &str| -> Result<Vec<String>, DatasetError> {
+            let v: Vec<Option<String>> = serde_json::from_str(r.get(c).unwrap_or_default())
+                .map_err(|e| field_err(field, format!("not a JSON list of strings: {e}")))?;
+            Ok(v.into_iter().map(Option::unwrap_or_default).collect())
+        };
+        let flag = |c: usize, field: &str| -> Result<bool, DatasetError> {
+            match r.get(c).map(str::trim) {
+                Some("1") => Ok(true),
+                Some("0") => Ok(false),
+                other => Err(field_err(field, format!("{other:?} is not 0 or 1"))),
+            }
+        };
+        let (a, b, tie) = (flag(wa, "winner_model_a")?, flag(wb, "winner_model_b")?, flag(wt, "winner_tie")?);
+        if [a, b, tie].iter().filter(|&&x| x).count() != 1 {
+            return Err(DatasetError::Line {
+                path: path.to_owned(),
+                line,
+                reason: "exactly one winner flag must be 1".into(),
+            });
+        }
+        let question = turns(prompt, "prompt")?;
+        if tie || question.len() != 1 {
+            continue;
+        }
+        let (resp_a, resp_b) = (turns(ra, "response_a")?, turns(rb, "response_b")?);
+        let first = |v: Vec<String>| v.into_iter().next().unwrap_or_default();
+        out.push(Example {
+            id: format!("arena-{}", r.get(id).unwrap_or_default().trim()),
+            fields: BTreeMap::from([
+                ("question".to_owned(), first(question)),
+                ("answer_a".to_owned(), first(resp_a)),
+                ("answer_b".to_owned(), first(resp_b)),
+                ("model_a".to_owned(), r.get(ma).unwrap_or_default().trim().to_owned()),
+                ("model_b".to_owned(), r.get(mb).unwrap_or_default().trim().to_owned()),
+            ]),
+            label: Some(usize::from(a)),
+        });
+    }
+    Ok(out)
+}
+
+#[derive(serde::Deserialize)]
+struct BarPair {
+    input: String,
+    output_1: String,
+    output_2: String,
+    label: u8,
+}
+
+/// LLMBar-style pairs (`dataset.json` of LLMBar and its processed MT-Bench, LLMEval2,
+/// FairEval sets): a JSON array of `{input, output_1, output_2, label: 1|2}`. Output 1 is
+/// shown as A; label 1 (A better) is class 1. Ids `llmbar-00000`, ... in file order.
+pub fn llmbar(path: &Path) -> Result<Vec<Example>, DatasetError> {
+    let text = read(path)?;
+    let pairs: Vec<BarPair> = serde_json::from_str(&text).map_err(|e| DatasetError::Line {
+        path: path.to_owned(),
+        line: e.line() as u64,
+        reason: e.to_string(),
+    })?;
+    pairs
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let label = match p.label {
+                1 => 1,
+                2 => 0,
+                other => {
+                    return Err(DatasetError::Field {
+                        path: path.to_owned(),
+                        line: 0,
+                        field: format!("[{i}].label"),
+                        reason: format!("{other} is not 1 or 2"),
+                    });
+                }
+            };
+            Ok(Example {
+                id: format!("llmbar-{i:05}"),
+                fields: BTreeMap::from([
+                    ("question".to_owned(), p.input),
+                    ("answer_a".to_owned(), p.output_1),
+                    ("answer_b".to_owned(), p.output_2),
+                ]),
+                label: Some(label),
+            })
+        })
+        .collect()
+}
+
+/// Suffix of the id of an example shown with its answers swapped.
+pub const SWAPPED_SUFFIX: &str = "~swapped";
+
+/// The same pairwise example with answers A and B exchanged (id + [`SWAPPED_SUFFIX`],
+/// label flipped), for judging both orders (position-bias de-biasing). `path` names the
+/// data set in the error for a non-pairwise example.
+pub fn swapped(example: &Example, path: &Path) -> Result<Example, DatasetError> {
+    let not_pairwise = || DatasetError::NotPairwise { path: path.to_owned(), id: example.id.clone() };
+    let mut fields = example.fields.clone();
+    let a = fields.remove("answer_a").ok_or_else(not_pairwise)?;
+    let b = fields.remove("answer_b").ok_or_else(not_pairwise)?;
+    fields.insert("answer_a".to_owned(), b);
+    fields.insert("answer_b".to_owned(), a);
+    if let (Some(ma), Some(mb)) = (fields.remove("model_a"), fields.remove("model_b")) {
+        fields.insert("model_a".to_owned(), mb);
+        fields.insert("model_b".to_owned(), ma);
+    }
+    Ok(Example { id: format!("{}{SWAPPED_SUFFIX}", example.id), fields, label: example.label.map(|l| 1 - l.min(1)) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +349,52 @@ mod tests {
         assert!(e.contains("f.csv line 3: field `label`"), "{e}");
     }
 
+    #[test]
+    fn arena_keeps_single_turn_non_ties() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "train.csv",
+            "id,model_a,model_b,prompt,response_a,response_b,winner_model_a,winner_model_b,winner_tie\n\
+             1,m1,m2,\"[\"\"Hi?\"\"]\",\"[\"\"a\"\"]\",\"[null]\",0,1,0\n\
+             2,m1,m2,\"[\"\"Hi?\"\", \"\"More\"\"]\",\"[\"\"a\"\",\"\"b\"\"]\",\"[\"\"c\"\",\"\"d\"\"]\",1,0,0\n\
+             3,m1,m2,\"[\"\"Q\"\"]\",\"[\"\"a\"\"]\",\"[\"\"b\"\"]\",0,0,1\n\
+             4,m3,m4,\"[\"\"Q2\"\"]\",\"[\"\"x\"\"]\",\"[\"\"y\"\"]\",1,0,0\n",
+        );
+        let ex = chatbot_arena(&p).unwrap();
+        assert_eq!(ex.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["arena-1", "arena-4"]);
+        assert_eq!((ex[0].label, ex[0].fields["answer_b"].as_str()), (Some(0), ""));
+        assert_eq!((ex[1].label, ex[1].fields["question"].as_str()), (Some(1), "Q2"));
+        let s = swapped(&ex[1], &p).unwrap();
+        assert_eq!((s.id.as_str(), s.label), ("arena-4~swapped", Some(0)));
+        assert_eq!((s.fields["answer_a"].as_str(), s.fields["model_a"].as_str()), ("y", "m4"));
+        let bad = write(
+            dir.path(),
+            "bad.csv",
+            "id,model_a,model_b,prompt,response_a,response_b,winner_model_a,winner_model_b,winner_tie\n\
+             1,m1,m2,not json,x,y,0,1,0\n",
+        );
+        let e = chatbot_arena(&bad).unwrap_err().to_string();
+        assert!(e.contains("bad.csv line 2: field `prompt`"), "{e}");
+    }
+
+    #[test]
+    fn llmbar_label_one_is_a() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "dataset.json",
+            r#"[{"input":"q","output_1":"o1","output_2":"o2","label":2},{"input":"q2","output_1":"a","output_2":"b","label":1}]"#,
+        );
+        let ex = llmbar(&p).unwrap();
+        assert_eq!(ex.iter().map(|e| e.label).collect::<Vec<_>>(), [Some(0), Some(1)]);
+        assert_eq!(ex[0].fields["answer_a"], "o1");
+        let bad = write(dir.path(), "bad.json", r#"[{"input":"q","output_1":"a","output_2":"b","label":3}]"#);
+        assert!(llmbar(&bad).unwrap_err().to_string().contains("[0].label"));
+        let demo = Example { id: "d".into(), fields: BTreeMap::new(), label: Some(1) };
+        assert!(swapped(&demo, &p).unwrap_err().to_string().contains("pairwise"));
+    }
+
     /// The real files, when this checkout sits beside ../shared (skipped otherwise).
     #[test]
     fn real_data_counts() {
@@ -220,6 +408,11 @@ mod tests {
         let halu = root.join("halueval/dialogue_data.json");
         if halu.exists() {
             assert_eq!(halueval_dialogue(&halu).unwrap().len(), 20_000);
+        }
+        let mt = root.join("llmbar/Processed/MT-Bench/dataset.json");
+        if mt.exists() {
+            let ex = llmbar(&mt).unwrap();
+            assert_eq!((ex.len(), ex.iter().filter(|e| e.label == Some(1)).count()), (200, 101));
         }
     }
 }

@@ -57,6 +57,32 @@ pub struct Verdict {
     pub truncated: bool,
 }
 
+impl Verdict {
+    /// Position-bias de-biasing (SkillAggregation paper, section 6.6): the verdict on a
+    /// pair shown as (A, B) and on the same pair shown as (B, A), combined in the
+    /// original orientation. Positive/negative of `swapped` are exchanged before
+    /// averaging, so `y` is the mean of P(original A better) over the two orders (the
+    /// one order that has a `y` when the other underflowed).
+    pub fn debiased(original: &Verdict, swapped: &Verdict) -> Verdict {
+        let y = match (original.y, swapped.y.map(|y| 1.0 - y)) {
+            (Some(a), Some(b)) => Some((a + b) / 2.0),
+            (a, b) => a.or(b),
+        };
+        Verdict {
+            y,
+            p_positive: (original.p_positive + swapped.p_negative) / 2.0,
+            p_negative: (original.p_negative + swapped.p_positive) / 2.0,
+            p_tie: match (original.p_tie, swapped.p_tie) {
+                (Some(a), Some(b)) => Some((a + b) / 2.0),
+                (a, b) => a.or(b),
+            },
+            mass: (original.mass + swapped.mass) / 2.0,
+            n_tokens: original.n_tokens.max(swapped.n_tokens),
+            truncated: original.truncated || swapped.truncated,
+        }
+    }
+}
+
 /// Verdict probabilities from a full-vocabulary logits vector, in f64.
 pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], tie: &[u32]) -> Verdict {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -286,6 +312,17 @@ mod tests {
         assert_eq!(v.p_tie, None);
         let t = verdict_from_logits(&logits, &[1], &[0], &[3]);
         assert!((t.p_tie.unwrap() - 0.4).abs() < 1e-6);
+    }
+
+    #[test]
+    fn debiasing_averages_in_the_original_orientation() {
+        let ab = verdict_from_logits(&[2f32.ln(), 1f32.ln(), 0f32.ln()], &[0], &[1], &[]); // P(A) = 2/3
+        let ba = verdict_from_logits(&[1f32.ln(), 3f32.ln(), 0f32.ln()], &[0], &[1], &[]); // shown swapped: P(B) = 3/4
+        let d = Verdict::debiased(&ab, &ba);
+        assert!((d.y.unwrap() - (2.0 / 3.0 + 3.0 / 4.0) / 2.0).abs() < 1e-6);
+        assert!((d.p_positive - (2.0 / 3.0 + 3.0 / 4.0) / 2.0).abs() < 1e-6);
+        let lost = Verdict { y: None, ..ba.clone() };
+        assert!((Verdict::debiased(&lost, &ba).y.unwrap() - 0.75).abs() < 1e-6);
     }
 
     #[test]
