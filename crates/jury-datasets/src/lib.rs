@@ -5,8 +5,12 @@
 //! class 1 for the positive verdict of the task's prompt (Yes / A); parse errors name the
 //! file, line and field.
 
+mod hub;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+pub use hub::{HubFile, resolve};
 
 /// One item to judge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +32,10 @@ pub enum DatasetError {
     Line { path: PathBuf, line: u64, reason: String },
     #[error("unknown data set `{0}` (known: {KNOWN})")]
     Unknown(String),
+    #[error("`{address}` is not a hub address of the form hf://datasets/OWNER/NAME[@REVISION]/FILE")]
+    HubAddress { address: String },
+    #[error("{address} (hub cache {}): {reason}", cache.display())]
+    Hub { address: String, cache: PathBuf, reason: String },
     #[error("{}: `{id}`: swapping answer order needs a pairwise example (fields answer_a and answer_b)", path.display())]
     NotPairwise { path: PathBuf, id: String },
 }
@@ -35,8 +43,14 @@ pub enum DatasetError {
 /// Names accepted by [`load`].
 pub const KNOWN: &str = "demo-facts, truthfulqa, halueval-dialogue, chatbot-arena, llmbar";
 
-/// The data sets this crate can load, by the name configs use.
+/// The data sets this crate can load, by the name configs use. `path` is a local file
+/// or a hub address (`hf://datasets/OWNER/NAME[@REVISION]/FILE`, see [`resolve`]).
 pub fn load(name: &str, path: &Path) -> Result<Vec<Example>, DatasetError> {
+    if !KNOWN.split(", ").any(|k| k == name) {
+        return Err(DatasetError::Unknown(name.to_owned()));
+    }
+    let local = resolve(path)?;
+    let path = local.as_path();
     match name {
         "demo-facts" => demo_facts(path),
         "truthfulqa" => truthfulqa(path),

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use either::Either;
 use mistralrs::core::RequestMessage;
 use mistralrs::{
-    DType, GgufModelBuilder, Model, NormalRequest, Request, Response, SamplingParams, Tensor, TextMessageRole,
-    TextMessages, TextModelBuilder,
+    DType, Model, NormalRequest, Request, Response, SamplingParams, Tensor, TextMessageRole, TextMessages,
+    TextModelBuilder,
 };
 
 use crate::{JudgeError, Template};
@@ -103,6 +103,42 @@ pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], t
     }
 }
 
+/// Loads a GGUF file with f32 activations and KV cache. `GgufModelBuilder` in mistral.rs
+/// 0.8.1 always asks for the automatic dtype, which is bf16 on a CPU: attention then
+/// converts every key and value element to f32 and back (measured: most of the time of a
+/// judge on this machine). Weights stay as the GGUF has them unless
+/// `CANDLE_DEQUANTIZE_ALL` is set (then dense f32).
+async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig) -> anyhow::Result<Model> {
+    use mistralrs::core::{
+        AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder, GGUFSpecificConfig,
+        MistralRsBuilder, ModelDType, SchedulerConfig, TokenSource,
+    };
+    let dir = path.parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_else(|| ".".into());
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let loader =
+        GGUFLoaderBuilder::new(None, None, dir, vec![file], GGUFSpecificConfig { topology: None }, false, None).build();
+    let device = mistralrs::best_device(!cfg!(feature = "cuda"))?;
+    let dtype = if device.is_cpu() { ModelDType::F32 } else { ModelDType::Auto };
+    let pipeline = loader.load_model_from_hf(
+        None,
+        TokenSource::None,
+        &dtype,
+        &device,
+        true,
+        DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+        None,
+        None,
+    )?;
+    let seqs = cfg.max_concurrency.max(1);
+    let scheduler = SchedulerConfig::DefaultScheduler { method: DefaultSchedulerMethod::Fixed(seqs.try_into()?) };
+    let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
+        .with_no_prefix_cache(!cfg.prefix_cache)
+        .with_prefix_cache_n(16)
+        .build()
+        .await;
+    Ok(Model::new(runner))
+}
+
 /// A loaded judge.
 pub struct Judge {
     cfg: JudgeConfig,
@@ -125,14 +161,7 @@ impl Judge {
                 if !path.is_file() {
                     return Err(JudgeError::ModelMissing { judge: cfg.name.clone(), path: path.clone() });
                 }
-                let dir = path.parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_else(|| ".".into());
-                let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-                let b = GgufModelBuilder::new(dir, vec![file])
-                    .with_prefix_cache_n(prefix_cache)
-                    .with_max_num_seqs(cfg.max_concurrency.max(1));
-                #[cfg(not(feature = "cuda"))]
-                let b = b.with_force_cpu();
-                b.build().await.map_err(load_err)?
+                load_gguf(path, &cfg).await.map_err(load_err)?
             }
             ModelSource::Pretrained(id) => {
                 let b = TextModelBuilder::new(id)

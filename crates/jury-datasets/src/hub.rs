@@ -1,0 +1,129 @@
+//! Data set files named by hub address (`hf://datasets/OWNER/NAME[@REVISION]/FILE`), for
+//! users with a Hugging Face hub: taken from the local hub cache when present, else
+//! downloaded into it. Plain paths pass through unchanged.
+//!
+//! Invariant: with `HF_HUB_OFFLINE=1` (or no network) nothing is fetched; a file missing
+//! from the cache is an error naming the address and the cache folder.
+
+use std::path::{Path, PathBuf};
+
+use hf_hub::{Cache, Repo, RepoType};
+
+use crate::DatasetError;
+
+const SCHEME: &str = "hf://datasets/";
+
+/// A file in a hub data set repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubFile {
+    pub repo: String,
+    pub revision: Option<String>,
+    pub file: String,
+}
+
+impl HubFile {
+    /// Parses `hf://datasets/OWNER/NAME[@REVISION]/FILE`; `None` for any other path.
+    pub fn parse(path: &Path) -> Option<Result<HubFile, DatasetError>> {
+        let rest = path.to_str()?.strip_prefix(SCHEME)?;
+        let bad = || DatasetError::HubAddress { address: path.display().to_string() };
+        let mut parts = rest.splitn(3, '/');
+        let (owner, name, file) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(o), Some(n), Some(f)) if !o.is_empty() && !n.is_empty() && !f.is_empty() => (o, n, f),
+            _ => return Some(Err(bad())),
+        };
+        let (name, revision) = match name.split_once('@') {
+            Some((n, r)) if !n.is_empty() && !r.is_empty() => (n, Some(r.to_owned())),
+            Some(_) => return Some(Err(bad())),
+            None => (name, None),
+        };
+        Some(Ok(HubFile { repo: format!("{owner}/{name}"), revision, file: file.to_owned() }))
+    }
+
+    fn repo(&self) -> Repo {
+        match &self.revision {
+            Some(r) => Repo::with_revision(self.repo.clone(), RepoType::Dataset, r.clone()),
+            None => Repo::new(self.repo.clone(), RepoType::Dataset),
+        }
+    }
+
+    /// The file's local path: from the hub cache at `cache`, else (unless `offline`)
+    /// downloaded into it.
+    pub fn fetch(&self, cache: &Path, offline: bool) -> Result<PathBuf, DatasetError> {
+        let c = Cache::new(cache.to_owned());
+        if let Some(p) = c.repo(self.repo()).get(&self.file) {
+            return Ok(p);
+        }
+        let err = |reason: String| DatasetError::Hub { address: self.to_string(), cache: cache.to_owned(), reason };
+        if offline {
+            return Err(err("not in the hub cache and HF_HUB_OFFLINE is set".into()));
+        }
+        let api = hf_hub::api::sync::ApiBuilder::from_cache(c).build().map_err(|e| err(e.to_string()))?;
+        api.repo(self.repo()).get(&self.file).map_err(|e| err(e.to_string()))
+    }
+}
+
+impl std::fmt::Display for HubFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.revision {
+            Some(r) => write!(f, "{SCHEME}{}@{r}/{}", self.repo, self.file),
+            None => write!(f, "{SCHEME}{}/{}", self.repo, self.file),
+        }
+    }
+}
+
+/// A data set path as given in a config: a local path, or a hub address resolved
+/// through the hub cache of the environment (`HF_HOME`, default `~/.cache/huggingface`).
+pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
+    match HubFile::parse(path) {
+        None => Ok(path.to_owned()),
+        Some(hub) => {
+            let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+            hub?.fetch(Cache::from_env().path(), offline)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder laid out like the hub cache: refs/REV holds the commit, the file lies
+    /// under snapshots/COMMIT/.
+    fn hub_cache(root: &Path, repo_folder: &str, rev: &str, file: &str, text: &str) {
+        let repo = root.join(repo_folder);
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs").join(rev), "0123abcd").unwrap();
+        let snap = repo.join("snapshots/0123abcd");
+        std::fs::create_dir_all(snap.join(Path::new(file).parent().unwrap())).unwrap();
+        std::fs::write(snap.join(file), text).unwrap();
+    }
+
+    #[test]
+    fn parses_addresses_and_passes_plain_paths() {
+        assert!(HubFile::parse(Path::new("data/train.csv")).is_none());
+        let h = HubFile::parse(Path::new("hf://datasets/lmsys/arena@v2/data/train.csv")).unwrap().unwrap();
+        assert_eq!(
+            (h.repo.as_str(), h.revision.as_deref(), h.file.as_str()),
+            ("lmsys/arena", Some("v2"), "data/train.csv")
+        );
+        assert_eq!(h.to_string(), "hf://datasets/lmsys/arena@v2/data/train.csv");
+        for bad in ["hf://datasets/lmsys", "hf://datasets/lmsys/arena", "hf://datasets/lmsys/@/f"] {
+            assert!(HubFile::parse(Path::new(bad)).unwrap().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reads_from_a_hub_layout_cache_and_stays_offline() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = "id,model_a,model_b,prompt,response_a,response_b,winner_model_a,winner_model_b,winner_tie\n\
+                    7,m1,m2,\"[\"\"Q\"\"]\",\"[\"\"a\"\"]\",\"[\"\"b\"\"]\",1,0,0\n";
+        hub_cache(dir.path(), "datasets--team--arena", "main", "train.csv", rows);
+        let h = HubFile::parse(Path::new("hf://datasets/team/arena/train.csv")).unwrap().unwrap();
+        let p = h.fetch(dir.path(), true).unwrap();
+        let ex = crate::chatbot_arena(&p).unwrap();
+        assert_eq!((ex[0].id.as_str(), ex[0].label), ("arena-7", Some(1)));
+        let missing = HubFile::parse(Path::new("hf://datasets/team/arena/test.csv")).unwrap().unwrap();
+        let e = missing.fetch(dir.path(), true).unwrap_err().to_string();
+        assert!(e.contains("hf://datasets/team/arena/test.csv") && e.contains("HF_HUB_OFFLINE"), "{e}");
+    }
+}
