@@ -9,6 +9,10 @@ entry 2i / 2i+1 = right / hallucinated response of item i of dialogue_data.json)
 Output (in --out):
   judgments.csv (or .jsonl)  example_id, judge, p     with p = prob[0] = P(Yes)
   labels.csv                 example_id, label        with Yes (hallucinated) = 1
+  contexts.csv (with --dialogues)  example_id, text   the context of each example for the
+                             context-dependent aggregators: "response || dialogue history"
+                             (response first, so an encoder that keeps the first tokens of
+                             a long text never loses it)
 
 Positive class = "Yes" = hallucinated, so p is the probability of the positive class.
 Standard library only.
@@ -32,6 +36,7 @@ def main() -> int:
                     help="directory holding halueval_dialogue_*.json")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    ap.add_argument("--dialogues", help="HaluEval dialogue_data.json: also write contexts.csv")
     args = ap.parse_args()
 
     files = sorted(glob.glob(os.path.join(args.input, "halueval_dialogue_*.json")))
@@ -82,6 +87,23 @@ def main() -> int:
         for i, ref in enumerate(refs):
             w.writerow([example_id(i), 1 if ref == "yes" else 0])
     os.replace(lpath + ".tmp", lpath)
+    if args.dialogues:
+        cpath = os.path.join(args.out, "contexts.csv")
+        n = 0
+        with open(args.dialogues) as src, open(cpath + ".tmp", "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["example_id", "text"])
+            for line in src:
+                if not line.strip():
+                    continue
+                item = json.loads(line)
+                for key in ("right_response", "hallucinated_response"):
+                    w.writerow([example_id(n), f"{item[key]} || {item['dialogue_history']}"])
+                    n += 1
+        if n != len(refs):
+            print(f"error: {args.dialogues}: {n} examples, the judge files have {len(refs)}", file=sys.stderr)
+            return 2
+        os.replace(cpath + ".tmp", cpath)
     print(f"wrote {len(rows)} judgments ({len(files)} judges x {len(refs)} examples) to {jpath} and labels to {lpath}")
     return 0
 

@@ -135,8 +135,11 @@ fn bad_inputs_fail_with_file_and_row() {
     let e = expect_error(("j.csv", GOOD), Some("example_id,label\na,1\na,0\n"), &[]);
     assert!(e.contains("labels.csv line 3: column `example_id`: duplicate label for `a` (first at line 2)"), "{e}");
 
+    let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,wisdom"]);
+    assert!(e.contains("unknown method `wisdom` in --methods (known: avg, mv, ds, train-on-mv,"), "{e}");
+
     let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,crowdlayer"]);
-    assert!(e.contains("unknown method `crowdlayer` in --methods (known: avg, mv, ds)"), "{e}");
+    assert!(e.contains("the context-dependent methods need --contexts FILE"), "{e}");
 
     let e = expect_error(("j.txt", GOOD), None, &[]);
     assert!(e.contains("j.txt: unsupported file type"), "{e}");

@@ -14,6 +14,7 @@ use jury_aggregate::{
 use jury_core::{Judgments, Labels};
 use jury_io::{read_judgments, read_labels, write_atomic};
 
+use crate::neural::{NeuralMethod, NeuralOptions};
 use crate::report;
 
 #[derive(clap::Args)]
@@ -24,9 +25,35 @@ pub struct Args {
     /// Reference labels (example_id, label), used only for scoring.
     #[arg(long)]
     labels: Option<PathBuf>,
-    /// Comma-separated methods: avg, mv, ds.
+    /// Comma-separated methods: avg, mv, ds, and the context-dependent train-on-mv,
+    /// crowdlayer, skillagg-noreg, skillagg, skillagg-x (these need --contexts and labels
+    /// for the dev set).
     #[arg(long, default_value = "avg,mv,ds")]
     methods: String,
+    /// Example contexts for the context-dependent methods: example_id, text.
+    #[arg(long)]
+    contexts: Option<PathBuf>,
+    /// Labeled development examples (drawn per seed) that choose lambda and the epoch.
+    #[arg(long, default_value_t = 250)]
+    dev_size: usize,
+    /// Seeds of the context-dependent methods (mean and std reported).
+    #[arg(long, default_value_t = 5)]
+    seeds: usize,
+    /// Context encoder mode: frozen (embeddings computed once and cached) or finetune.
+    #[arg(long, default_value = "frozen")]
+    encoder: String,
+    /// Encoder folder (config.json, tokenizer.json, model.safetensors); see scripts/fetch-encoder.sh.
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
+    encoder_dir: PathBuf,
+    /// Tokens per context kept by the encoder.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Training epochs of the context-dependent methods (the dev set picks the best).
+    #[arg(long, default_value_t = 20)]
+    epochs: usize,
+    /// Regulariser weights the dev set chooses from (skillagg, skillagg-x).
+    #[arg(long, default_value = "0.01,0.1,1")]
+    lambdas: String,
     /// Output directory for metrics.json and predictions.csv.
     #[arg(long)]
     out: PathBuf,
@@ -50,7 +77,7 @@ pub struct Args {
     ds_tol: f64,
 }
 
-/// The aggregation methods this command knows, in report order.
+/// The context-free aggregation methods this command knows, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Avg,
@@ -61,21 +88,29 @@ pub enum Method {
 impl Method {
     const ALL: [(&'static str, Method); 3] = [("avg", Method::Avg), ("mv", Method::Mv), ("ds", Method::Ds)];
 
-    fn parse_list(s: &str) -> Result<Vec<Method>> {
-        let mut out = Vec::new();
+    /// The context-free and the context-dependent methods named in `s`.
+    fn parse_list(s: &str) -> Result<(Vec<Method>, Vec<NeuralMethod>)> {
+        let (mut out, mut neural) = (Vec::new(), Vec::new());
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if let Some(&(_, m)) = NeuralMethod::ALL.iter().find(|(n, _)| *n == name) {
+                if !neural.contains(&m) {
+                    neural.push(m);
+                }
+                continue;
+            }
             let Some(&(_, m)) = Self::ALL.iter().find(|(n, _)| *n == name) else {
-                let known: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+                let known: Vec<&str> =
+                    Self::ALL.iter().map(|(n, _)| *n).chain(NeuralMethod::ALL.iter().map(|(n, _)| *n)).collect();
                 bail!("unknown method `{name}` in --methods (known: {})", known.join(", "));
             };
             if !out.contains(&m) {
                 out.push(m);
             }
         }
-        if out.is_empty() {
+        if out.is_empty() && neural.is_empty() {
             bail!("--methods is empty");
         }
-        Ok(out)
+        Ok((out, neural))
     }
 }
 
@@ -90,6 +125,14 @@ pub struct Options {
     pub ds_init: String,
     pub ds_max_iter: usize,
     pub ds_tol: f64,
+    pub contexts: Option<PathBuf>,
+    pub dev_size: usize,
+    pub seeds: usize,
+    pub encoder: String,
+    pub encoder_dir: PathBuf,
+    pub max_tokens: usize,
+    pub epochs: usize,
+    pub lambdas: String,
 }
 
 impl Default for Options {
@@ -102,6 +145,14 @@ impl Default for Options {
             ds_init: "mv".into(),
             ds_max_iter: 100,
             ds_tol: 1e-6,
+            contexts: None,
+            dev_size: 250,
+            seeds: 5,
+            encoder: "frozen".into(),
+            encoder_dir: "models/all-MiniLM-L6-v2".into(),
+            max_tokens: 256,
+            epochs: 20,
+            lambdas: "0.01,0.1,1".into(),
         }
     }
 }
@@ -116,6 +167,14 @@ impl From<&Args> for Options {
             ds_init: a.ds_init.clone(),
             ds_max_iter: a.ds_max_iter,
             ds_tol: a.ds_tol,
+            contexts: a.contexts.clone(),
+            dev_size: a.dev_size,
+            seeds: a.seeds,
+            encoder: a.encoder.clone(),
+            encoder_dir: a.encoder_dir.clone(),
+            max_tokens: a.max_tokens,
+            epochs: a.epochs,
+            lambdas: a.lambdas.clone(),
         }
     }
 }
@@ -125,6 +184,8 @@ pub struct Settings {
     methods: Vec<Method>,
     ties: TieBreak,
     ds: DawidSkeneConfig,
+    neural: Vec<NeuralMethod>,
+    neural_opts: Option<NeuralOptions>,
 }
 
 impl Settings {
@@ -146,7 +207,41 @@ impl Settings {
             other => bail!("unknown --ds-init `{other}` (known: mv, random)"),
         };
         let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, ties };
-        Ok(Self { methods: Method::parse_list(&a.methods)?, ties, ds })
+        let (methods, neural) = Method::parse_list(&a.methods)?;
+        let neural_opts = if neural.is_empty() {
+            None
+        } else {
+            let Some(contexts) = a.contexts.clone() else {
+                bail!("--methods {}: the context-dependent methods need --contexts FILE", a.methods)
+            };
+            let finetune = match a.encoder.as_str() {
+                "frozen" => false,
+                "finetune" => true,
+                other => bail!("unknown --encoder `{other}` (known: frozen, finetune)"),
+            };
+            let lambdas = a
+                .lambdas
+                .split(',')
+                .map(|x| x.trim().parse::<f64>().ok().filter(|l| *l >= 0.0))
+                .collect::<Option<Vec<f64>>>()
+                .filter(|v| !v.is_empty());
+            let Some(lambdas) = lambdas else { bail!("--lambdas `{}`: expected non-negative numbers", a.lambdas) };
+            if a.seeds == 0 || a.epochs == 0 || a.dev_size == 0 {
+                bail!("--seeds, --epochs and --dev-size must be at least 1");
+            }
+            Some(NeuralOptions {
+                contexts,
+                encoder_dir: a.encoder_dir.clone(),
+                finetune,
+                dev_size: a.dev_size,
+                seeds: a.seeds,
+                max_tokens: a.max_tokens,
+                epochs: a.epochs,
+                lambdas,
+                embed_cache: crate::neural::default_embed_cache(),
+            })
+        };
+        Ok(Self { methods, ties, ds, neural, neural_opts })
     }
 
     fn aggregator(&self, m: Method) -> Box<dyn Aggregator> {
@@ -194,13 +289,42 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
         let aggregation = aggregator.aggregate(judgments)?;
         runs.push(MethodRun { name: aggregator.name(), aggregation, seconds: start.elapsed().as_secs_f64() });
     }
-    let metrics = report::metrics_json(judgments, labels, &runs);
-    let predictions = report::predictions_csv(judgments, labels, &runs);
+    let mut metrics = report::metrics_json(judgments, labels, &runs);
+    let mut predictions = report::predictions_csv(judgments, labels, &runs);
+    let mut neural_table = String::new();
+    if let Some(opts) = &settings.neural_opts {
+        let Some(labels) = labels else {
+            bail!("the context-dependent methods need --labels (the dev set that chooses lambda and the epoch)")
+        };
+        let neural_runs = crate::neural::run(judgments, labels, &settings.neural, opts)?;
+        let mut lines: Vec<String> = predictions.lines().map(str::to_owned).collect();
+        for r in &neural_runs {
+            metrics["methods"][r.method.name()] = r.json.clone();
+            if let Some(h) = lines.first_mut() {
+                h.push_str(&format!(",{0}_p,{0}_label", r.method.name()));
+            }
+            for (line, p) in lines.iter_mut().skip(1).zip(&r.posteriors) {
+                line.push_str(&format!(",{p:.6},{}", usize::from(*p > 0.5)));
+            }
+            let (mean, std) =
+                (r.json["accuracy"].as_f64().unwrap_or(f64::NAN), r.json["std"].as_f64().unwrap_or(f64::NAN));
+            neural_table.push_str(&format!(
+                "{:<16}  {mean:.4} +- {std:.4} over {} seeds (dev set {} per seed)\n",
+                r.method.name(),
+                r.accuracies.len(),
+                opts.dev_size
+            ));
+        }
+        predictions = lines.join("\n") + "\n";
+    }
     std::fs::create_dir_all(out).with_context(|| format!("creating output directory {}", out.display()))?;
     let metrics_text = serde_json::to_string_pretty(&metrics).context("serialising metrics")?;
     write_atomic(&out.join("metrics.json"), metrics_text.as_bytes())?;
     write_atomic(&out.join("predictions.csv"), predictions.as_bytes())?;
     print!("{}", report::table(judgments, labels, &runs));
+    if !neural_table.is_empty() {
+        print!("\ncontext-dependent methods (accuracy outside each seed's dev set)\n{neural_table}");
+    }
     println!("wrote {} and {}", out.join("metrics.json").display(), out.join("predictions.csv").display());
     Ok(())
 }
@@ -211,9 +335,13 @@ mod tests {
 
     #[test]
     fn method_list_parsing() {
-        assert_eq!(Method::parse_list("avg, ds,avg").unwrap(), vec![Method::Avg, Method::Ds]);
+        assert_eq!(Method::parse_list("avg, ds,avg").unwrap(), (vec![Method::Avg, Method::Ds], vec![]));
+        assert_eq!(Method::parse_list("mv,skillagg-x").unwrap(), (vec![Method::Mv], vec![NeuralMethod::SkillAggX]));
         let err = Method::parse_list("avg,skill").unwrap_err().to_string();
-        assert_eq!(err, "unknown method `skill` in --methods (known: avg, mv, ds)");
+        assert_eq!(
+            err,
+            "unknown method `skill` in --methods (known: avg, mv, ds, train-on-mv, crowdlayer, skillagg-noreg, skillagg, skillagg-x)"
+        );
         assert!(Method::parse_list(",").is_err());
     }
 }

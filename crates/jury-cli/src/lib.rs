@@ -3,6 +3,7 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
+mod neural;
 mod report;
 mod run;
 mod simulate;

@@ -225,7 +225,7 @@ pub fn run(exp: Experiment) -> Result<()> {
         }
         let (pos, neg, tie) = judge.verdict_ids();
         manifest_judges.push(serde_json::json!({
-            "name": entry.name, "model_sha256": model_hash, "load_seconds": load_seconds,
+            "name": entry.name, "model_sha256": model_hash, "engine": judge.engine(), "load_seconds": load_seconds,
             "judge_seconds": summary.seconds, "scored": summary.scored, "from_cache": summary.from_cache,
             "verdict_token_ids": {"positive": pos, "negative": neg, "tie": tie},
         }));

@@ -9,7 +9,7 @@
 mod table;
 mod write;
 
-pub use table::{read_judgments, read_labels};
+pub use table::{read_judgments, read_labels, read_texts};
 pub use write::{csv_field, write_atomic};
 
 use std::path::PathBuf;

@@ -323,6 +323,24 @@ fn parse_label(text: &str, n_classes: usize) -> Option<usize> {
     (value < n_classes).then_some(value)
 }
 
+/// Example contexts for the context-dependent aggregators: columns `example_id` and
+/// `text`, any of the table formats. Duplicate ids and missing values are errors naming
+/// the row.
+pub fn read_texts(path: &Path) -> Result<HashMap<String, String>, IoError> {
+    let t = Table::load(path)?;
+    let ids = t.strings("example_id")?;
+    let texts = t.strings("text")?;
+    let mut out = HashMap::with_capacity(ids.len());
+    for (row, (id, text)) in ids.into_iter().zip(texts).enumerate() {
+        let id = id.ok_or_else(|| t.field_err(row, "example_id", "empty"))?;
+        let text = text.ok_or_else(|| t.field_err(row, "text", "empty"))?;
+        if out.insert(id.clone(), text).is_some() {
+            return Err(t.field_err(row, "example_id", format!("duplicate id `{id}`")));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,6 +103,34 @@ pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], t
     }
 }
 
+/// Where a `Pretrained` model is read from: an existing directory as is; a hub id
+/// (`org/name`) whose snapshot is in the local hub cache (`cache`, laid out as
+/// `models--org--name/refs/main` naming `snapshots/<commit>/`) as that snapshot directory,
+/// so a cached model loads without any network call; anything else is passed to
+/// mistral.rs as a hub id to download.
+pub fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
+    let path = PathBuf::from(id);
+    if path.is_dir() {
+        return path;
+    }
+    let repo = cache.join(format!("models--{}", id.replace('/', "--")));
+    let snapshot = std::fs::read_to_string(repo.join("refs/main"))
+        .ok()
+        .map(|commit| repo.join("snapshots").join(commit.trim()))
+        .filter(|dir| dir.join("config.json").is_file());
+    snapshot.unwrap_or(path)
+}
+
+fn engine_fingerprint(source: &ModelSource) -> String {
+    let device = if cfg!(feature = "cuda") { "cuda-if-available, automatic dtype" } else { "cpu, f32 activations" };
+    let weights = match source {
+        ModelSource::Gguf(_) if std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some() => "gguf dequantized to dense",
+        ModelSource::Gguf(_) => "gguf quantized kernels",
+        ModelSource::Pretrained(_) => "safetensors",
+    };
+    format!("mistralrs 0.8.1 (candle 0.10.2); {device}; weights {weights}")
+}
+
 /// Loads a GGUF file with f32 activations and KV cache. `GgufModelBuilder` in mistral.rs
 /// 0.8.1 always asks for the automatic dtype, which is bf16 on a CPU: attention then
 /// converts every key and value element to f32 and back (measured: most of the time of a
@@ -149,6 +177,7 @@ pub struct Judge {
     negative: Vec<u32>,
     tie: Vec<u32>,
     next_id: AtomicUsize,
+    engine: String,
 }
 
 impl Judge {
@@ -164,14 +193,16 @@ impl Judge {
                 load_gguf(path, &cfg).await.map_err(load_err)?
             }
             ModelSource::Pretrained(id) => {
-                let b = TextModelBuilder::new(id)
+                let local = resolve_model_id(id, hf_hub::Cache::from_env().path());
+                let b = TextModelBuilder::new(local.to_string_lossy())
                     .with_prefix_cache_n(prefix_cache)
                     .with_max_num_seqs(cfg.max_concurrency.max(1));
                 #[cfg(not(feature = "cuda"))]
-                let b = b.with_force_cpu();
+                let b = b.with_force_cpu().with_dtype(mistralrs::core::ModelDType::F32);
                 b.build().await.map_err(load_err)?
             }
         };
+        let engine = engine_fingerprint(&cfg.source);
         let mut judge = Judge {
             cfg,
             template,
@@ -181,6 +212,7 @@ impl Judge {
             negative: Vec::new(),
             tie: Vec::new(),
             next_id: AtomicUsize::new(0),
+            engine,
         };
         judge.prefix = judge.tokenize_text(&judge.template.answer_prefix.clone()).await?;
         judge.positive = judge.variant_ids(&judge.template.positive.clone()).await?;
@@ -197,6 +229,12 @@ impl Judge {
 
     pub fn config(&self) -> &JudgeConfig {
         &self.cfg
+    }
+
+    /// How the numbers are computed (engine version, device, activation and weight
+    /// precision): part of every cache key, since each changes the verdict slightly.
+    pub fn engine(&self) -> &str {
+        &self.engine
     }
 
     pub fn template(&self) -> &Template {
@@ -352,6 +390,39 @@ mod tests {
         assert!((d.p_positive - (2.0 / 3.0 + 3.0 / 4.0) / 2.0).abs() < 1e-6);
         let lost = Verdict { y: None, ..ba.clone() };
         assert!((Verdict::debiased(&lost, &ba).y.unwrap() - 0.75).abs() < 1e-6);
+    }
+
+    /// A directory laid out like the hub cache resolves to its snapshot; loading it goes
+    /// as far as mistral.rs's reading of the (deliberately unusable) files and fails
+    /// there with the judge named, never reaching for the network.
+    #[test]
+    fn hub_cache_layout_resolves_to_the_snapshot_and_loads_locally() {
+        let cache = tempfile::tempdir().unwrap();
+        let repo = cache.path().join("models--team--tiny-judge");
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), "abc123\n").unwrap();
+        let snap = repo.join("snapshots/abc123");
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::write(snap.join("config.json"), "{\"architectures\": [\"LlamaForCausalLM\"]}").unwrap();
+        assert_eq!(resolve_model_id("team/tiny-judge", cache.path()), snap);
+        assert_eq!(resolve_model_id("team/other", cache.path()), PathBuf::from("team/other"));
+        assert_eq!(resolve_model_id(snap.to_str().unwrap(), cache.path()), snap);
+
+        let template: Template = serde_yaml::from_str(
+            "task: t\nsystem: s\nuser: \"{x}\"\nanswer_prefix: \"[[\"\npositive: \"Yes\"\nnegative: \"No\"\n",
+        )
+        .unwrap();
+        let cfg = JudgeConfig {
+            name: "tiny".into(),
+            source: ModelSource::Pretrained(snap.to_string_lossy().into_owned()),
+            max_prompt_tokens: 64,
+            prefix_cache: false,
+            max_concurrency: 1,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let err = rt.block_on(Judge::load(cfg, template)).err().expect("no weights: the load must fail");
+        let msg = err.to_string();
+        assert!(msg.starts_with("judge `tiny`: loading the model"), "{msg}");
     }
 
     #[test]

@@ -33,9 +33,10 @@ pub struct JudgeSummary {
 }
 
 /// The cache key of one judgment: everything that changes the answer.
-pub fn judgment_key(model_sha256: &str, template_text: &str, tokens: &[u32]) -> String {
+/// `engine` is [`Judge::engine`] (version, device, precision).
+pub fn judgment_key(model_sha256: &str, engine: &str, template_text: &str, tokens: &[u32]) -> String {
     let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-    key(&[model_sha256.as_bytes(), template_text.as_bytes(), &bytes, EXTRACTION_RULE.as_bytes()])
+    key(&[model_sha256.as_bytes(), engine.as_bytes(), template_text.as_bytes(), &bytes, EXTRACTION_RULE.as_bytes()])
 }
 
 /// A judge's verdicts by example id, plus the judged token sequences when asked for.
@@ -69,7 +70,7 @@ pub async fn run_judge(
             let template_text = &template_text;
             async move {
                 let (tokens, truncated) = judge.render(&ex.id, &ex.fields).await?;
-                let k = judgment_key(model_sha256, template_text, &tokens);
+                let k = judgment_key(model_sha256, judge.engine(), template_text, &tokens);
                 let kept = keep_tokens.then(|| tokens.clone());
                 let cached = cache.lock().ok().and_then(|c| c.get(&k).cloned());
                 let (verdict, hit) = match cached {
@@ -117,10 +118,11 @@ mod tests {
 
     #[test]
     fn key_changes_with_every_input() {
-        let base = judgment_key("m", "t", &[1, 2, 3]);
-        assert_eq!(base, judgment_key("m", "t", &[1, 2, 3]));
-        assert_ne!(base, judgment_key("m2", "t", &[1, 2, 3]));
-        assert_ne!(base, judgment_key("m", "t2", &[1, 2, 3]));
-        assert_ne!(base, judgment_key("m", "t", &[1, 2, 4]));
+        let base = judgment_key("m", "e", "t", &[1, 2, 3]);
+        assert_eq!(base, judgment_key("m", "e", "t", &[1, 2, 3]));
+        assert_ne!(base, judgment_key("m2", "e", "t", &[1, 2, 3]));
+        assert_ne!(base, judgment_key("m", "e2", "t", &[1, 2, 3]));
+        assert_ne!(base, judgment_key("m", "e", "t2", &[1, 2, 3]));
+        assert_ne!(base, judgment_key("m", "e", "t", &[1, 2, 4]));
     }
 }

@@ -1,0 +1,249 @@
+//! The context-dependent methods of `jury aggregate` (train-on-mv, crowdlayer, skillagg,
+//! skillagg-noreg, skillagg-x): contexts file, encoder embeddings cached on disk,
+//! model selection on a labeled dev set, mean and standard deviation over seeds.
+//!
+//! Invariants: dev labels choose lambda and the epoch and nothing else; a method's
+//! accuracy is measured on the examples outside that seed's dev set; embeddings are
+//! keyed by the encoder weights' sha256, `max_tokens` and every text.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use jury_core::{Judgments, Labels};
+use jury_neural::skill::{self, JuryData, Method, TrainConfig};
+use jury_neural::{Encoder, candle_core::Tensor};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+
+/// A context-dependent method as named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NeuralMethod {
+    TrainOnMv,
+    Crowdlayer,
+    SkillAgg,
+    SkillAggNoReg,
+    SkillAggX,
+}
+
+impl NeuralMethod {
+    pub const ALL: [(&'static str, NeuralMethod); 5] = [
+        ("train-on-mv", NeuralMethod::TrainOnMv),
+        ("crowdlayer", NeuralMethod::Crowdlayer),
+        ("skillagg-noreg", NeuralMethod::SkillAggNoReg),
+        ("skillagg", NeuralMethod::SkillAgg),
+        ("skillagg-x", NeuralMethod::SkillAggX),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, m)| *m == self).map_or("?", |(n, _)| n)
+    }
+
+    fn model(self) -> Method {
+        match self {
+            NeuralMethod::TrainOnMv => Method::TrainOnMv,
+            NeuralMethod::Crowdlayer => Method::Crowdlayer,
+            NeuralMethod::SkillAgg | NeuralMethod::SkillAggNoReg => Method::SkillAgg,
+            NeuralMethod::SkillAggX => Method::SkillAggX,
+        }
+    }
+
+    /// The lambda grid the dev set chooses from (only the regularised methods have one).
+    fn lambdas(self, grid: &[f64]) -> Vec<f64> {
+        match self {
+            NeuralMethod::SkillAgg | NeuralMethod::SkillAggX => grid.to_vec(),
+            _ => vec![0.0],
+        }
+    }
+}
+
+/// Settings of the context-dependent methods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NeuralOptions {
+    pub contexts: PathBuf,
+    pub encoder_dir: PathBuf,
+    pub finetune: bool,
+    pub dev_size: usize,
+    pub seeds: usize,
+    pub max_tokens: usize,
+    pub epochs: usize,
+    pub lambdas: Vec<f64>,
+    pub embed_cache: PathBuf,
+}
+
+/// One method's result over all seeds.
+pub struct NeuralRun {
+    pub method: NeuralMethod,
+    pub accuracies: Vec<f64>,
+    pub json: Value,
+    /// Seed 0's posteriors P(positive) for every example (predictions.csv).
+    pub posteriors: Vec<f64>,
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().saturating_sub(1).max(1)) as f64;
+    (m, var.sqrt())
+}
+
+/// Frozen embeddings of every example's context, from the disk cache when present.
+fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
+    let texts = jury_io::read_texts(&opts.contexts)?;
+    let mut ordered = Vec::with_capacity(j.n_examples());
+    for id in j.example_ids() {
+        let Some(t) = texts.get(id) else {
+            bail!("{}: no context for example `{id}`", opts.contexts.display());
+        };
+        ordered.push(t.as_str());
+    }
+    let weights = opts.encoder_dir.join("model.safetensors");
+    let model_sha = jury_cache::file_sha256(&weights)?;
+    let mut parts: Vec<&[u8]> = vec![model_sha.as_bytes(), b"max_tokens"];
+    let mt = opts.max_tokens.to_le_bytes();
+    parts.push(&mt);
+    for t in &ordered {
+        parts.push(t.as_bytes());
+        parts.push(b"\0");
+    }
+    let key = jury_cache::key(&parts);
+    let file = opts.embed_cache.join(format!("{key}.f32"));
+    let encoder = Encoder::load(&opts.encoder_dir)?;
+    let h = encoder.model.config.hidden_size;
+    if let Ok(bytes) = std::fs::read(&file)
+        && bytes.len() == ordered.len() * h * 4
+    {
+        let v: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        return Ok(Tensor::from_vec(v, (ordered.len(), h), &encoder.device)?);
+    }
+    let bar = ProgressBar::new(ordered.len() as u64).with_style(
+        ProgressStyle::with_template("embedding contexts {bar:30} {pos}/{len} {per_sec} ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let x = encoder.embed(&ordered, opts.max_tokens, 32, |n| bar.inc(n as u64))?;
+    bar.finish();
+    let flat: Vec<f32> = x.flatten_all()?.to_vec1()?;
+    let bytes: Vec<u8> = flat.iter().flat_map(|f| f.to_le_bytes()).collect();
+    std::fs::create_dir_all(&opts.embed_cache)
+        .with_context(|| format!("creating embedding cache {}", opts.embed_cache.display()))?;
+    jury_io::write_atomic(&file, &bytes)?;
+    Ok(x)
+}
+
+/// Runs `methods` on binary judgments with labels (for the dev set and scoring).
+pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &NeuralOptions) -> Result<Vec<NeuralRun>> {
+    if j.n_classes() != 2 {
+        bail!("the context-dependent methods take binary judgments ({} classes given)", j.n_classes());
+    }
+    if opts.finetune {
+        bail!("--encoder finetune is not implemented yet; use --encoder frozen");
+    }
+    let start = Instant::now();
+    let x = embeddings(j, opts)?;
+    let embed_seconds = start.elapsed().as_secs_f64();
+    let (n, k) = (j.n_examples(), j.n_judges());
+    let mut y = vec![0f32; n * k];
+    let mut present = vec![false; n * k];
+    for i in 0..n {
+        for jj in 0..k {
+            if let Some(p) = j.get(i, jj) {
+                y[i * k + jj] = p[1] as f32;
+                present[i * k + jj] = true;
+            }
+        }
+    }
+    let data = JuryData { n, k, y: &y, present: &present };
+    let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
+    if labeled.len() <= opts.dev_size {
+        bail!("{} labeled examples: not enough for a dev set of {}", labeled.len(), opts.dev_size);
+    }
+    let judge_acc: Vec<f64> = (0..k)
+        .map(|jj| {
+            let (mut right, mut all) = (0usize, 0usize);
+            for &i in &labeled {
+                if let (Some(v), Some(l)) = (j.vote(i, jj), labels.get(i)) {
+                    all += 1;
+                    right += usize::from(v == l);
+                }
+            }
+            right as f64 / all.max(1) as f64
+        })
+        .collect();
+    let mut out = Vec::new();
+    for &method in methods {
+        let m_start = Instant::now();
+        let (mut accs, mut devs, mut chosen, mut slopes_all) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut first_post = Vec::new();
+        for seed in 0..opts.seeds as u64 {
+            let mut order = labeled.clone();
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+            let dev: Vec<usize> = order[..opts.dev_size].to_vec();
+            let mut is_dev = vec![false; n];
+            dev.iter().for_each(|&i| is_dev[i] = true);
+            let (_, yt, mt) = skill::tensors(&x, &data, Method::SkillAgg)?;
+            let mut best: Option<(f64, f64, usize, Vec<f32>, Vec<f32>)> = None;
+            for lambda in method.lambdas(&opts.lambdas) {
+                let cfg =
+                    TrainConfig { method: method.model(), lambda, epochs: opts.epochs, seed, ..TrainConfig::default() };
+                skill::train(&x, &data, &cfg, |epoch, loss, model| {
+                    let post = model.posterior(&x, &yt, &mt)?;
+                    let dev_acc = dev.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count()
+                        as f64
+                        / dev.len() as f64;
+                    eprintln!(
+                        "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
+                        method.name()
+                    );
+                    if best.as_ref().is_none_or(|b| dev_acc > b.0) {
+                        let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { model.slopes(&x)? };
+                        best = Some((dev_acc, lambda, epoch, post, slopes));
+                    }
+                    Ok(())
+                })?;
+            }
+            let Some((dev_acc, lambda, epoch, post, slopes)) = best else { bail!("no epochs were trained") };
+            let test: Vec<usize> = labeled.iter().copied().filter(|&i| !is_dev[i]).collect();
+            let acc = test.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count() as f64
+                / test.len() as f64;
+            accs.push(acc);
+            devs.push(dev_acc);
+            chosen.push(json!({"lambda": lambda, "epoch": epoch}));
+            if !slopes.is_empty() {
+                slopes_all.push(slopes);
+            }
+            if seed == 0 {
+                first_post = post.iter().map(|&p| p as f64).collect();
+            }
+        }
+        let (mean, std) = mean_std(&accs);
+        let mut entry = json!({
+            "accuracy": mean, "std": std, "seeds": accs, "dev_accuracy": devs, "chosen": chosen,
+            "dev_size": opts.dev_size, "seconds": m_start.elapsed().as_secs_f64(),
+            "embedding_seconds": embed_seconds,
+        });
+        if !slopes_all.is_empty() {
+            let mean_slopes: Vec<f64> = (0..k)
+                .map(|jj| slopes_all.iter().map(|s| s[jj] as f64).sum::<f64>() / slopes_all.len() as f64)
+                .collect();
+            let names = j.judge_names();
+            entry["slopes"] = json!(
+                names.iter().zip(&mean_slopes).map(|(n, s)| (n.clone(), json!(*s))).collect::<serde_json::Map<_, _>>()
+            );
+            entry["slope_accuracy_pcc"] = json!(jury_metrics::pearson(&mean_slopes, &judge_acc));
+        }
+        out.push(NeuralRun { method, accuracies: accs, json: entry, posteriors: first_post });
+    }
+    Ok(out)
+}
+
+/// Default location of the embedding cache.
+pub fn default_embed_cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"))
+        .join("jury/embeddings")
+}

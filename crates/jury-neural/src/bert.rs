@@ -1,0 +1,152 @@
+//! BERT encoder (all-MiniLM-L6-v2 layout, weight names without a `bert.` prefix): token
+//! ids to one mean-pooled, L2-normalised vector per text.
+//!
+//! Invariant: with `differentiable = true` every op has a backward pass (layer norm and
+//! softmax are written out; candle 0.10's fused `layer_norm` and `softmax_last_dim`
+//! have none and would silently stop gradients, SPEC.md section 2). The fused forms are
+//! used only when nothing trains through the encoder.
+
+use candle_core::{D, DType, Module, Result, Tensor};
+use candle_nn::{Embedding, Linear, VarBuilder};
+
+/// The fields of a BERT `config.json` this encoder reads.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+}
+
+fn default_eps() -> f64 {
+    1e-12
+}
+
+struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self { weight: vb.get(size, "weight")?, bias: vb.get(size, "bias")?, eps })
+    }
+
+    fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
+        if !differentiable {
+            return candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps as f32);
+        }
+        let mean = x.mean_keepdim(D::Minus1)?;
+        let centred = x.broadcast_sub(&mean)?;
+        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = centred.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        normed.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
+    }
+}
+
+fn linear(i: usize, o: usize, vb: VarBuilder) -> Result<Linear> {
+    candle_nn::linear(i, o, vb)
+}
+
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    out_norm: LayerNorm,
+    heads: usize,
+}
+
+impl Layer {
+    fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let att = vb.pp("attention");
+        Ok(Self {
+            query: linear(h, h, att.pp("self").pp("query"))?,
+            key: linear(h, h, att.pp("self").pp("key"))?,
+            value: linear(h, h, att.pp("self").pp("value"))?,
+            attn_out: linear(h, h, att.pp("output").pp("dense"))?,
+            attn_norm: LayerNorm::new(h, cfg.layer_norm_eps, att.pp("output").pp("LayerNorm"))?,
+            intermediate: linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
+            output: linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
+            out_norm: LayerNorm::new(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
+            heads: cfg.num_attention_heads,
+        })
+    }
+
+    /// `x`: [batch, tokens, hidden]; `mask_bias`: [batch, 1, 1, tokens] (0 or -1e4).
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor, differentiable: bool) -> Result<Tensor> {
+        let (b, t, h) = x.dims3()?;
+        let d = h / self.heads;
+        let split = |y: Tensor| -> Result<Tensor> { y.reshape((b, t, self.heads, d))?.transpose(1, 2)?.contiguous() };
+        let q = split(self.query.forward(x)?)?;
+        let k = split(self.key.forward(x)?)?;
+        let v = split(self.value.forward(x)?)?;
+        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.broadcast_add(mask_bias)?;
+        let probs = if differentiable {
+            candle_nn::ops::softmax(&scores, D::Minus1)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&scores)?
+        };
+        let ctx = probs.matmul(&v)?.transpose(1, 2)?.contiguous()?.reshape((b, t, h))?;
+        let a = self.attn_norm.forward(&(self.attn_out.forward(&ctx)? + x)?, differentiable)?;
+        let inter = self.intermediate.forward(&a)?.gelu_erf()?;
+        self.out_norm.forward(&(self.output.forward(&inter)? + a)?, differentiable)
+    }
+}
+
+/// The encoder: embeddings, `num_hidden_layers` layers, masked mean pooling, L2 norm.
+pub struct Bert {
+    word: Embedding,
+    position: Embedding,
+    token_type: Embedding,
+    norm: LayerNorm,
+    layers: Vec<Layer>,
+    pub config: Config,
+}
+
+impl Bert {
+    pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        let e = vb.pp("embeddings");
+        let h = cfg.hidden_size;
+        Ok(Self {
+            word: candle_nn::embedding(cfg.vocab_size, h, e.pp("word_embeddings"))?,
+            position: candle_nn::embedding(cfg.max_position_embeddings, h, e.pp("position_embeddings"))?,
+            token_type: candle_nn::embedding(cfg.type_vocab_size, h, e.pp("token_type_embeddings"))?,
+            norm: LayerNorm::new(h, cfg.layer_norm_eps, e.pp("LayerNorm"))?,
+            layers: (0..cfg.num_hidden_layers)
+                .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i)))
+                .collect::<Result<_>>()?,
+            config: cfg.clone(),
+        })
+    }
+
+    /// `ids`, `mask`: [batch, tokens] u32 (mask 1 for real tokens, 0 for padding).
+    /// Returns [batch, hidden] f32, each row of unit length.
+    pub fn forward(&self, ids: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let dev = ids.device();
+        let positions = Tensor::arange(0u32, t as u32, dev)?.unsqueeze(0)?.broadcast_as((b, t))?.contiguous()?;
+        let types = Tensor::zeros((b, t), DType::U32, dev)?;
+        let x = ((self.word.forward(ids)? + self.position.forward(&positions)?)? + self.token_type.forward(&types)?)?;
+        let mut x = self.norm.forward(&x, differentiable)?;
+        let maskf = mask.to_dtype(DType::F32)?;
+        let mask_bias = ((maskf.clone() - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
+        for layer in &self.layers {
+            x = layer.forward(&x, &mask_bias, differentiable)?;
+        }
+        let m = maskf.unsqueeze(2)?;
+        let pooled = x.broadcast_mul(&m)?.sum(1)?.broadcast_div(&m.sum(1)?.clamp(1e-9, f64::MAX)?)?;
+        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        pooled.broadcast_div(&norm)
+    }
+}

