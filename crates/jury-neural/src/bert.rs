@@ -35,7 +35,8 @@ struct LayerNorm {
 
 impl LayerNorm {
     fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
-        Ok(Self { weight: vb.get(size, "weight")?, bias: vb.get(size, "bias")?, eps })
+        let weight = vb.get_with_hints(size, "weight", candle_nn::Init::Const(1.0))?;
+        Ok(Self { weight, bias: vb.get_with_hints(size, "bias", candle_nn::Init::Const(0.0))?, eps })
     }
 
     fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
@@ -148,5 +149,92 @@ impl Bert {
         let pooled = x.broadcast_mul(&m)?.sum(1)?.broadcast_div(&m.sum(1)?.clamp(1e-9, f64::MAX)?)?;
         let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
         pooled.broadcast_div(&norm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use candle_nn::{VarBuilder, VarMap};
+
+    fn tiny() -> Config {
+        Config {
+            vocab_size: 50,
+            hidden_size: 16,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            intermediate_size: 32,
+            max_position_embeddings: 32,
+            type_vocab_size: 2,
+            layer_norm_eps: 1e-12,
+        }
+    }
+
+    fn batch() -> (Tensor, Tensor) {
+        let ids = Tensor::new(&[[1u32, 5, 7, 9, 2], [1, 4, 2, 0, 0]], &Device::Cpu).unwrap();
+        let mask = Tensor::new(&[[1u32, 1, 1, 1, 1], [1, 1, 1, 0, 0]], &Device::Cpu).unwrap();
+        (ids, mask)
+    }
+
+    /// Fine-tuning needs a gradient on every encoder parameter; candle's fused layer norm
+    /// and softmax have no backward pass, which is why `differentiable` exists.
+    #[test]
+    fn every_parameter_gets_a_gradient_in_differentiable_mode() {
+        let vm = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu);
+        let bert = Bert::new(&tiny(), vb).unwrap();
+        let (ids, mask) = batch();
+        let target = Tensor::ones((2, 16), DType::F32, &Device::Cpu).unwrap();
+        let loss = |differentiable: bool| {
+            let out = bert.forward(&ids, &mask, differentiable).unwrap();
+            (out - &target).unwrap().sqr().unwrap().sum_all().unwrap()
+        };
+        let grads = loss(true).backward().unwrap();
+        let vars = vm.data().lock().unwrap();
+        let mut missing = Vec::new();
+        for (name, var) in vars.iter() {
+            // Token-type row 1 and unused vocabulary rows get zero gradient by design;
+            // the whole tensor must still receive some.
+            let norm =
+                grads.get(var.as_tensor()).map(|g| g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap());
+            if norm.is_none_or(|n| n == 0.0) {
+                missing.push(name.clone());
+            }
+        }
+        assert!(missing.is_empty(), "no gradient for {missing:?}");
+        let fused = loss(false).backward().unwrap();
+        let ln = vars.iter().find(|(n, _)| n.as_str() == "embeddings.LayerNorm.weight").unwrap().1;
+        assert!(fused.get(ln.as_tensor()).is_none(), "fused layer norm unexpectedly has a backward pass now");
+    }
+
+    #[test]
+    fn padding_does_not_change_an_embedding_and_rows_are_unit_length() {
+        let vm = VarMap::new();
+        let bert = Bert::new(&tiny(), VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu)).unwrap();
+        let (ids, mask) = batch();
+        let both = bert.forward(&ids, &mask, false).unwrap();
+        let alone = bert
+            .forward(
+                &Tensor::new(&[[1u32, 4, 2]], &Device::Cpu).unwrap(),
+                &Tensor::new(&[[1u32, 1, 1]], &Device::Cpu).unwrap(),
+                false,
+            )
+            .unwrap();
+        let d = (both.get(1).unwrap() - alone.get(0).unwrap())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < 1e-5, "padded and unpadded embeddings differ by {d}");
+        let norms: Vec<f32> = both.sqr().unwrap().sum(1).unwrap().to_vec1().unwrap();
+        assert!(norms.iter().all(|n| (n - 1.0).abs() < 1e-5), "{norms:?}");
+        let slow = bert.forward(&ids, &mask, true).unwrap();
+        let diff =
+            (slow - &both).unwrap().abs().unwrap().max_keepdim(1).unwrap().max(0).unwrap().to_vec1::<f32>().unwrap()[0];
+        assert!(diff < 1e-4, "fused and differentiable forms differ by {diff}");
     }
 }

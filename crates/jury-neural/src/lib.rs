@@ -42,8 +42,12 @@ impl Encoder {
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| file_err(cfg_path.clone(), e.to_string()))?;
         let cfg: bert::Config = serde_json::from_str(&text).map_err(|e| file_err(cfg_path.clone(), e.to_string()))?;
         let tok_path = dir.join("tokenizer.json");
-        let tokenizer =
+        let mut tokenizer =
             tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| file_err(tok_path.clone(), e.to_string()))?;
+        // The shipped tokenizer.json pads every text to 128 tokens and truncates there;
+        // padding and truncation are done here instead (with a real attention mask).
+        tokenizer.with_padding(None);
+        tokenizer.with_truncation(None).map_err(|e| file_err(tok_path.clone(), e.to_string()))?;
         let weights = dir.join("model.safetensors");
         if !weights.is_file() {
             return Err(file_err(weights, "missing".into()));
@@ -102,3 +106,26 @@ impl Encoder {
 }
 
 pub mod skill;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real all-MiniLM-L6-v2 (scripts/fetch-encoder.sh; CI fetches it): related
+    /// sentences are closer than unrelated ones, and truncation keeps the start.
+    #[test]
+    fn real_encoder_puts_paraphrases_closer() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+        assert!(dir.join("model.safetensors").is_file(), "{} missing: run scripts/fetch-encoder.sh", dir.display());
+        let enc = Encoder::load(&dir).unwrap();
+        let texts = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."];
+        let x = enc.embed(&texts, 64, 2, |_| {}).unwrap();
+        let sim = x.matmul(&x.t().unwrap()).unwrap().to_vec2::<f32>().unwrap();
+        assert!(sim[0][1] > sim[0][2] + 0.3, "{sim:?}");
+        let (ids, _) = enc.tokenize(&["one two three four five six seven"], 4).unwrap();
+        assert_eq!(ids.dims(), &[1, 4]);
+        assert!(
+            Encoder::load(Path::new("/nonexistent")).err().unwrap().to_string().contains("/nonexistent/config.json")
+        );
+    }
+}
