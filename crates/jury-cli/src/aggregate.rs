@@ -45,8 +45,8 @@ pub struct Args {
     /// Encoder folder (config.json, tokenizer.json, model.safetensors); see scripts/fetch-encoder.sh.
     #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     encoder_dir: PathBuf,
-    /// Tokens per context kept by the encoder.
-    #[arg(long, default_value_t = 256)]
+    /// Tokens per context kept by the encoder (all-MiniLM-L6-v2 was trained on 128).
+    #[arg(long, default_value_t = 128)]
     max_tokens: usize,
     /// Training epochs of the context-dependent methods (the dev set picks the best).
     #[arg(long, default_value_t = 20)]
@@ -150,7 +150,7 @@ impl Default for Options {
             seeds: 5,
             encoder: "frozen".into(),
             encoder_dir: "models/all-MiniLM-L6-v2".into(),
-            max_tokens: 256,
+            max_tokens: 128,
             epochs: 20,
             lambdas: "0.01,0.1,1".into(),
         }

@@ -6,6 +6,7 @@
 //! files and `max_tokens` (so they can be cached on disk, keyed by those).
 
 pub mod bert;
+pub mod skill;
 
 pub use candle_core;
 
@@ -59,32 +60,41 @@ impl Encoder {
         Ok(Self { model, tokenizer, device })
     }
 
-    /// Token ids and attention mask for `texts`, each cut to `max_tokens` (the first
-    /// tokens are kept, then the closing special token), padded to the longest.
-    pub fn tokenize(&self, texts: &[&str], max_tokens: usize) -> Result<(Tensor, Tensor), NeuralError> {
-        let mut rows = Vec::with_capacity(texts.len());
-        for (index, t) in texts.iter().enumerate() {
-            let enc =
-                self.tokenizer.encode(*t, true).map_err(|e| NeuralError::Tokenize { index, reason: e.to_string() })?;
-            let mut ids = enc.get_ids().to_vec();
-            if ids.len() > max_tokens && max_tokens >= 2 {
-                let last = ids[ids.len() - 1];
-                ids.truncate(max_tokens - 1);
-                ids.push(last);
-            }
-            rows.push(ids);
+    /// Token ids of one text, cut to `max_tokens` (the first tokens are kept, then the
+    /// closing special token).
+    fn ids(&self, index: usize, text: &str, max_tokens: usize) -> Result<Vec<u32>, NeuralError> {
+        let enc =
+            self.tokenizer.encode(text, true).map_err(|e| NeuralError::Tokenize { index, reason: e.to_string() })?;
+        let mut ids = enc.get_ids().to_vec();
+        if ids.len() > max_tokens && max_tokens >= 2 {
+            let last = ids[ids.len() - 1];
+            ids.truncate(max_tokens - 1);
+            ids.push(last);
         }
-        let width = rows.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        Ok(ids)
+    }
+
+    fn pad(&self, rows: &[&Vec<u32>]) -> Result<(Tensor, Tensor), NeuralError> {
+        let width = rows.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
         let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * width), Vec::with_capacity(rows.len() * width));
-        for r in &rows {
-            ids.extend(r.iter().copied().chain(std::iter::repeat(0).take(width - r.len())));
-            mask.extend(std::iter::repeat(1u32).take(r.len()).chain(std::iter::repeat(0).take(width - r.len())));
+        for r in rows {
+            ids.extend(r.iter().copied().chain(std::iter::repeat_n(0, width - r.len())));
+            mask.extend(std::iter::repeat_n(1u32, r.len()).chain(std::iter::repeat_n(0, width - r.len())));
         }
         let n = rows.len();
         Ok((Tensor::from_vec(ids, (n, width), &self.device)?, Tensor::from_vec(mask, (n, width), &self.device)?))
     }
 
-    /// Frozen embeddings of `texts`, `batch` at a time: [texts, hidden], rows of unit length.
+    /// Token ids and attention mask for `texts` (each cut as [`Encoder::embed`] does),
+    /// padded to the longest.
+    pub fn tokenize(&self, texts: &[&str], max_tokens: usize) -> Result<(Tensor, Tensor), NeuralError> {
+        let rows = texts.iter().enumerate().map(|(i, t)| self.ids(i, t, max_tokens)).collect::<Result<Vec<_>, _>>()?;
+        self.pad(&rows.iter().collect::<Vec<_>>())
+    }
+
+    /// Frozen embeddings of `texts`: [texts, hidden], rows of unit length, in the order
+    /// given. Texts are batched `batch` at a time in order of token length, so a batch
+    /// pads little (padding does not change an embedding, only the cost).
     pub fn embed(
         &self,
         texts: &[&str],
@@ -92,20 +102,22 @@ impl Encoder {
         batch: usize,
         mut progress: impl FnMut(usize),
     ) -> Result<Tensor, NeuralError> {
-        let mut out = Vec::new();
-        for chunk in texts.chunks(batch.max(1)) {
-            let (ids, mask) = self.tokenize(chunk, max_tokens)?;
-            out.push(self.model.forward(&ids, &mask, false)?);
+        let rows = texts.iter().enumerate().map(|(i, t)| self.ids(i, t, max_tokens)).collect::<Result<Vec<_>, _>>()?;
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| rows[i].len());
+        let h = self.model.config.hidden_size;
+        let mut out = vec![0f32; rows.len() * h];
+        for chunk in order.chunks(batch.max(1)) {
+            let (ids, mask) = self.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
+            let x: Vec<Vec<f32>> = self.model.forward(&ids, &mask, false)?.to_vec2()?;
+            for (&i, row) in chunk.iter().zip(x) {
+                out[i * h..(i + 1) * h].copy_from_slice(&row);
+            }
             progress(chunk.len());
         }
-        if out.is_empty() {
-            return Ok(Tensor::zeros((0, self.model.config.hidden_size), DType::F32, &self.device)?);
-        }
-        Ok(Tensor::cat(&out, 0)?)
+        Ok(Tensor::from_vec(out, (rows.len(), h), &self.device)?)
     }
 }
-
-pub mod skill;
 
 #[cfg(test)]
 mod tests {
