@@ -123,7 +123,11 @@ fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
         ProgressStyle::with_template("embedding contexts {bar:30} {pos}/{len} {per_sec} ETA {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let x = encoder.embed(&ordered, opts.max_tokens, 32, |n| bar.inc(n as u64))?;
+    let log = jury_runner::LogProgress::new("embedding contexts", ordered.len() as u64);
+    let x = encoder.embed(&ordered, opts.max_tokens, 32, |n| {
+        bar.inc(n as u64);
+        log.inc(n as u64);
+    })?;
     bar.finish();
     let flat: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let bytes: Vec<u8> = flat.iter().flat_map(|f| f.to_le_bytes()).collect();

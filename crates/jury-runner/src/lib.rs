@@ -39,6 +39,47 @@ pub fn judgment_key(model_sha256: &str, engine: &str, template_text: &str, token
     key(&[model_sha256.as_bytes(), engine.as_bytes(), template_text.as_bytes(), &bytes, EXTRACTION_RULE.as_bytes()])
 }
 
+/// Progress for logs: when stderr is not a terminal (a run under `nohup`, CI), indicatif
+/// draws nothing, so one plain line is printed at every 10% and at least once a minute.
+pub struct LogProgress {
+    label: String,
+    total: u64,
+    start: Instant,
+    state: Mutex<(u64, u64, Instant)>,
+    enabled: bool,
+}
+
+impl LogProgress {
+    pub fn new(label: impl Into<String>, total: u64) -> Self {
+        use std::io::IsTerminal;
+        let now = Instant::now();
+        Self {
+            label: label.into(),
+            total,
+            start: now,
+            state: Mutex::new((0, 0, now)),
+            enabled: !std::io::stderr().is_terminal(),
+        }
+    }
+
+    pub fn inc(&self, n: u64) {
+        if !self.enabled {
+            return;
+        }
+        let Ok(mut st) = self.state.lock() else { return };
+        st.0 += n;
+        let (done, last_decile, last_time) = *st;
+        let decile = done * 10 / self.total.max(1);
+        if decile > last_decile || last_time.elapsed().as_secs() >= 60 || done == self.total {
+            let secs = self.start.elapsed().as_secs_f64();
+            let rate = done as f64 / secs.max(1e-9);
+            let eta = (self.total - done.min(self.total)) as f64 / rate.max(1e-9);
+            eprintln!("{}: {done}/{} ({rate:.2}/s, {secs:.0} s elapsed, ETA {eta:.0} s)", self.label, self.total);
+            *st = (done, decile, Instant::now());
+        }
+    }
+}
+
 /// A judge's verdicts by example id, plus the judged token sequences when asked for.
 pub struct JudgeResults {
     pub verdicts: HashMap<String, Verdict>,
@@ -65,9 +106,11 @@ pub async fn run_judge(
     );
     bar.set_prefix(judge.name().to_owned());
     let template_text = judge.template().source_text.clone();
+    let log = LogProgress::new(format!("judge {}", judge.name()), examples.len() as u64);
     let results = stream::iter(examples.iter())
         .map(|ex| {
             let template_text = &template_text;
+            let log = &log;
             async move {
                 let (tokens, truncated) = judge.render(&ex.id, &ex.fields).await?;
                 let k = judgment_key(model_sha256, judge.engine(), template_text, &tokens);
@@ -85,6 +128,7 @@ pub async fn run_judge(
                     }
                 };
                 bar.inc(1);
+                log.inc(1);
                 Ok::<_, RunError>((ex.id.clone(), verdict, hit, kept))
             }
         })
