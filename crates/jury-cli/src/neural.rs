@@ -90,16 +90,35 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
+/// Every example's context text, in example order.
+fn context_texts(j: &Judgments, opts: &NeuralOptions) -> Result<Vec<String>> {
+    let mut texts = jury_io::read_texts(&opts.contexts)?;
+    j.example_ids()
+        .iter()
+        .map(|id| {
+            texts.remove(id).with_context(|| format!("{}: no context for example `{id}`", opts.contexts.display()))
+        })
+        .collect()
+}
+
+/// Names the fine-tuning checkpoints of one data set (encoder weights, texts, judgments).
+fn finetune_key(j: &Judgments, opts: &NeuralOptions) -> Result<String> {
+    let model_sha = jury_cache::file_sha256(&opts.encoder_dir.join("model.safetensors"))?;
+    let texts = context_texts(j, opts)?;
+    let mut parts: Vec<Vec<u8>> = vec![model_sha.into_bytes(), opts.max_tokens.to_le_bytes().to_vec()];
+    parts.extend(texts.into_iter().map(String::into_bytes));
+    for n in 0..j.n_examples() {
+        for k in 0..j.n_judges() {
+            parts.push(j.get(n, k).map_or(b"-".to_vec(), |p| p[1].to_le_bytes().to_vec()));
+        }
+    }
+    Ok(jury_cache::key(&parts.iter().map(Vec::as_slice).collect::<Vec<_>>())[..16].to_owned())
+}
+
 /// Frozen embeddings of every example's context, from the disk cache when present.
 fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
-    let texts = jury_io::read_texts(&opts.contexts)?;
-    let mut ordered = Vec::with_capacity(j.n_examples());
-    for id in j.example_ids() {
-        let Some(t) = texts.get(id) else {
-            bail!("{}: no context for example `{id}`", opts.contexts.display());
-        };
-        ordered.push(t.as_str());
-    }
+    let owned = context_texts(j, opts)?;
+    let ordered: Vec<&str> = owned.iter().map(String::as_str).collect();
     let weights = opts.encoder_dir.join("model.safetensors");
     let model_sha = jury_cache::file_sha256(&weights)?;
     let mut parts: Vec<&[u8]> = vec![model_sha.as_bytes(), b"max_tokens"];
@@ -142,11 +161,14 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     if j.n_classes() != 2 {
         bail!("the context-dependent methods take binary judgments ({} classes given)", j.n_classes());
     }
-    if opts.finetune {
-        bail!("--encoder finetune is not implemented yet; use --encoder frozen");
-    }
     let start = Instant::now();
-    let x = embeddings(j, opts)?;
+    // Fine-tuning reads the texts itself; the frozen mode embeds them once.
+    let texts = if opts.finetune { Some(context_texts(j, opts)?) } else { None };
+    let x = if opts.finetune {
+        Tensor::zeros((1, 1), jury_neural::candle_core::DType::F32, &jury_neural::candle_core::Device::Cpu)?
+    } else {
+        embeddings(j, opts)?
+    };
     let embed_seconds = start.elapsed().as_secs_f64();
     let (n, k) = (j.n_examples(), j.n_judges());
     let mut y = vec![0f32; n * k];
@@ -192,6 +214,50 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             for lambda in method.lambdas(&opts.lambdas) {
                 let cfg =
                     TrainConfig { method: method.model(), lambda, epochs: opts.epochs, seed, ..TrainConfig::default() };
+                if let Some(texts) = &texts {
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    let ft = jury_neural::finetune::FinetuneConfig {
+                        encoder_lr: 2e-5,
+                        max_tokens: opts.max_tokens,
+                        checkpoints: opts
+                            .embed_cache
+                            .join("../finetune")
+                            .join(finetune_key(j, opts)?)
+                            .join(format!("{}-seed{seed}-lambda{lambda}", method.name())),
+                    };
+                    let bar = ProgressBar::new((n * opts.epochs) as u64);
+                    let log = jury_runner::LogProgress::new(
+                        format!("fine-tuning {} seed {seed} lambda {lambda}", method.name()),
+                        (n * opts.epochs) as u64,
+                    );
+                    jury_neural::finetune::train(
+                        &opts.encoder_dir,
+                        &refs,
+                        &data,
+                        &cfg,
+                        &ft,
+                        |epoch, post| {
+                            let dev_acc =
+                                dev.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count()
+                                    as f64
+                                    / dev.len() as f64;
+                            eprintln!(
+                                "{} seed {seed} lambda {lambda} epoch {epoch}: dev accuracy {dev_acc:.4}",
+                                method.name()
+                            );
+                            if best.as_ref().is_none_or(|b| dev_acc > b.0) {
+                                best = Some((dev_acc, lambda, epoch, post.clone(), Vec::new()));
+                            }
+                            Ok(())
+                        },
+                        |done| {
+                            bar.inc(done as u64);
+                            log.inc(done as u64);
+                        },
+                    )?;
+                    bar.finish_and_clear();
+                    continue;
+                }
                 skill::train(&x, &data, &cfg, |epoch, loss, model| {
                     let post = model.posterior(&x, &yt, &mt)?;
                     let dev_acc = dev.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count()

@@ -6,6 +6,7 @@
 //! files and `max_tokens` (so they can be cached on disk, keyed by those).
 
 pub mod bert;
+pub mod finetune;
 pub mod skill;
 
 pub use candle_core;

@@ -80,7 +80,7 @@ fn logit(p: f64) -> f32 {
 }
 
 impl SkillModel {
-    fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
+    pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
         let scale = (1.0 / h as f64).sqrt();
         let head_w = init(rng, (h, 2), scale, dev)?;
         let head_b = Var::from_tensor(&Tensor::zeros((1, 2), DType::F32, dev)?)?;
@@ -92,7 +92,8 @@ impl SkillModel {
         Ok(Self { head_w, head_b, skill_w, skill_b, k, method: cfg.method })
     }
 
-    fn vars(&self) -> Vec<Var> {
+    /// The trainable tensors, in a fixed order (head weight, head bias, skill bias, skill weight).
+    pub fn vars(&self) -> Vec<Var> {
         let mut v = vec![self.head_w.clone(), self.head_b.clone(), self.skill_b.clone()];
         v.extend(self.skill_w.clone());
         v
@@ -117,7 +118,7 @@ impl SkillModel {
 
     /// Training loss on one batch: masked mean cross-entropy + lambda * mean slope^2
     /// (Train-on-MV: cross-entropy of s against the majority-vote targets in `y`).
-    fn loss(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Tensor, NeuralError> {
+    pub fn loss(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Tensor, NeuralError> {
         let s = self.bottleneck(x)?;
         let eps = 1e-6;
         let (s0, s1) = (s.narrow(1, 0, 1)?, s.narrow(1, 1, 1)?);
