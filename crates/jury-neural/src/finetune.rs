@@ -124,3 +124,94 @@ pub fn train(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skill::Method;
+    use candle_core::Device;
+
+    /// A model folder with a tiny random BERT and a word-level tokenizer.
+    fn tiny_model(dir: &Path) {
+        let cfg = r#"{"vocab_size": 12, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 16, "max_position_embeddings": 16, "type_vocab_size": 2}"#;
+        std::fs::write(dir.join("config.json"), cfg).unwrap();
+        let vocab: Vec<String> =
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "good", "bad", "the", "answer", "is", "very", "x", "y"]
+                .iter()
+                .enumerate()
+                .map(|(i, w)| format!("\"{w}\": {i}"))
+                .collect();
+        let tok = format!(
+            r#"{{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null, "decoder": null,
+            "model": {{"type": "WordLevel", "vocab": {{{}}}, "unk_token": "[UNK]"}}}}"#,
+            vocab.join(", ")
+        );
+        std::fs::write(dir.join("tokenizer.json"), tok).unwrap();
+        let vm = VarMap::new();
+        let c: bert::Config = serde_json::from_str(cfg).unwrap();
+        bert::Bert::new(&c, VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu)).unwrap();
+        vm.save(dir.join("model.safetensors")).unwrap();
+    }
+
+    #[test]
+    fn a_killed_fine_tuning_resumes_from_its_last_finished_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_model(dir.path());
+        let texts: Vec<&str> =
+            (0..40).map(|i| if i % 2 == 0 { "the answer is good" } else { "the answer is very bad" }).collect();
+        let y: Vec<f32> = (0..40).flat_map(|i| if i % 2 == 0 { [1.0, 1.0, 0.0] } else { [0.0, 0.0, 1.0] }).collect();
+        let present = vec![true; 120];
+        // A run killed during epoch 2 left what a 2-epoch run leaves: epochs 0 and 1
+        // finished, epoch 1's weights on disk.
+        let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
+        let cfg = TrainConfig {
+            method: Method::SkillAggX,
+            lambda: 0.1,
+            epochs: 2,
+            batch: 16,
+            lr: 1e-2,
+            seed: 4,
+            skill_init: 0.8,
+        };
+        let ft = FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt") };
+        let mut seen = Vec::new();
+        train(
+            dir.path(),
+            &texts,
+            &jury,
+            &cfg,
+            &ft,
+            |e, p| {
+                assert_eq!(p.len(), 40);
+                seen.push(e);
+                Ok(())
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(seen, [0, 1]);
+        assert!(!ft.checkpoints.join("epoch-000-encoder.safetensors").exists(), "only the last weights are kept");
+        let cfg = TrainConfig { epochs: 3, ..cfg };
+        let (mut replayed, mut trained) = (0, 0);
+        train(
+            dir.path(),
+            &texts,
+            &jury,
+            &cfg,
+            &ft,
+            |e, _| {
+                if e < 2 {
+                    replayed += 1
+                } else {
+                    trained += 1
+                }
+                Ok(())
+            },
+            |n| assert!(n > 0),
+        )
+        .unwrap();
+        assert_eq!((replayed, trained), (2, 1));
+    }
+}
