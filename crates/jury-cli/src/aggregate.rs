@@ -51,6 +51,12 @@ pub struct Args {
     /// Training epochs of the context-dependent methods (the dev set picks the best).
     #[arg(long, default_value_t = 20)]
     epochs: usize,
+    /// Width of a ReLU hidden layer in the context model's head (0 = linear).
+    #[arg(long, default_value_t = 0)]
+    hidden: usize,
+    /// Learning rate of the context-dependent methods' heads.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
     /// Regulariser weights the dev set chooses from (skillagg, skillagg-x).
     #[arg(long, default_value = "0.01,0.1,1")]
     lambdas: String,
@@ -133,6 +139,8 @@ pub struct Options {
     pub max_tokens: usize,
     pub epochs: usize,
     pub lambdas: String,
+    pub hidden: usize,
+    pub lr: f64,
 }
 
 impl Default for Options {
@@ -153,6 +161,8 @@ impl Default for Options {
             max_tokens: 128,
             epochs: 20,
             lambdas: "0.01,0.1,1".into(),
+            hidden: 0,
+            lr: 1e-3,
         }
     }
 }
@@ -175,6 +185,8 @@ impl From<&Args> for Options {
             max_tokens: a.max_tokens,
             epochs: a.epochs,
             lambdas: a.lambdas.clone(),
+            hidden: a.hidden,
+            lr: a.lr,
         }
     }
 }
@@ -238,6 +250,8 @@ impl Settings {
                 max_tokens: a.max_tokens,
                 epochs: a.epochs,
                 lambdas,
+                hidden: a.hidden,
+                lr: a.lr,
                 embed_cache: crate::neural::default_embed_cache(),
             })
         };

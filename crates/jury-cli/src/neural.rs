@@ -71,6 +71,8 @@ pub struct NeuralOptions {
     pub max_tokens: usize,
     pub epochs: usize,
     pub lambdas: Vec<f64>,
+    pub hidden: usize,
+    pub lr: f64,
     pub embed_cache: PathBuf,
 }
 
@@ -212,8 +214,15 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             let (_, yt, mt) = skill::tensors(&x, &data, Method::SkillAgg)?;
             let mut best: Option<(f64, f64, usize, Vec<f32>, Vec<f32>)> = None;
             for lambda in method.lambdas(&opts.lambdas) {
-                let cfg =
-                    TrainConfig { method: method.model(), lambda, epochs: opts.epochs, seed, ..TrainConfig::default() };
+                let cfg = TrainConfig {
+                    method: method.model(),
+                    lambda,
+                    epochs: opts.epochs,
+                    seed,
+                    hidden: opts.hidden,
+                    lr: opts.lr,
+                    ..TrainConfig::default()
+                };
                 if let Some(texts) = &texts {
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     let ft = jury_neural::finetune::FinetuneConfig {

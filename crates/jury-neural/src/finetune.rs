@@ -174,6 +174,7 @@ mod tests {
             lr: 1e-2,
             seed: 4,
             skill_init: 0.8,
+            hidden: 0,
         };
         let ft = FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt") };
         let mut seen = Vec::new();

@@ -43,11 +43,22 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Initial P(correct) of every judge in both classes.
     pub skill_init: f64,
+    /// Width of a ReLU hidden layer before the bottleneck; 0 = a linear head.
+    pub hidden: usize,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        Self { method: Method::SkillAgg, lambda: 0.0, epochs: 10, batch: 256, lr: 1e-3, seed: 0, skill_init: 0.8 }
+        Self {
+            method: Method::SkillAgg,
+            lambda: 0.0,
+            epochs: 10,
+            batch: 256,
+            lr: 1e-3,
+            seed: 0,
+            skill_init: 0.8,
+            hidden: 0,
+        }
     }
 }
 
@@ -64,6 +75,8 @@ pub struct JuryData<'a> {
 pub struct SkillModel {
     head_w: Var,
     head_b: Var,
+    /// Optional hidden layer (weight, bias) before the bottleneck.
+    hidden: Option<(Var, Var)>,
     skill_w: Option<Var>,
     skill_b: Var,
     k: usize,
@@ -82,26 +95,41 @@ fn logit(p: f64) -> f32 {
 impl SkillModel {
     pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
         let scale = (1.0 / h as f64).sqrt();
-        let head_w = init(rng, (h, 2), scale, dev)?;
+        let hidden = if cfg.hidden > 0 {
+            let w = init(rng, (h, cfg.hidden), scale, dev)?;
+            Some((w, Var::from_tensor(&Tensor::zeros((1, cfg.hidden), DType::F32, dev)?)?))
+        } else {
+            None
+        };
+        let head_in = if cfg.hidden > 0 { cfg.hidden } else { h };
+        let head_w = init(rng, (head_in, 2), (1.0 / head_in as f64).sqrt(), dev)?;
         let head_b = Var::from_tensor(&Tensor::zeros((1, 2), DType::F32, dev)?)?;
         let skill_w = match cfg.method {
             Method::SkillAggX => Some(init(rng, (h, 2 * k), 0.01 * scale, dev)?),
             _ => None,
         };
         let skill_b = Var::from_tensor(&Tensor::full(logit(cfg.skill_init), (1, 2 * k), dev)?)?;
-        Ok(Self { head_w, head_b, skill_w, skill_b, k, method: cfg.method })
+        Ok(Self { head_w, head_b, hidden, skill_w, skill_b, k, method: cfg.method })
     }
 
-    /// The trainable tensors, in a fixed order (head weight, head bias, skill bias, skill weight).
+    /// The trainable tensors, in a fixed order (head weight, head bias, skill bias, then
+    /// the skill weight and the hidden layer when present).
     pub fn vars(&self) -> Vec<Var> {
         let mut v = vec![self.head_w.clone(), self.head_b.clone(), self.skill_b.clone()];
         v.extend(self.skill_w.clone());
+        if let Some((w, b)) = &self.hidden {
+            v.extend([w.clone(), b.clone()]);
+        }
         v
     }
 
     /// Bottleneck s: [batch, 2].
     pub fn bottleneck(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
-        let logits = x.matmul(self.head_w.as_tensor())?.broadcast_add(self.head_b.as_tensor())?;
+        let z = match &self.hidden {
+            Some((w, b)) => x.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?.relu()?,
+            None => x.clone(),
+        };
+        let logits = z.matmul(self.head_w.as_tensor())?.broadcast_add(self.head_b.as_tensor())?;
         Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
     }
 
@@ -259,7 +287,7 @@ mod tests {
     }
 
     fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
-        TrainConfig { method, lambda, epochs: 40, batch: 256, lr: 0.05, seed, skill_init: 0.8 }
+        TrainConfig { method, lambda, epochs: 40, batch: 256, lr: 0.05, seed, skill_init: 0.8, hidden: 0 }
     }
 
     #[test]
