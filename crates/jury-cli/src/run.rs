@@ -96,7 +96,10 @@ pub struct Runtime {
 
 impl Default for Runtime {
     fn default() -> Self {
-        Self { dequantize: true, prefix_cache: true, max_concurrency: 4, max_prompt_tokens: 2048, dump_prompts: false }
+        // Prefix caching is off by default: in mistral.rs 0.8.1 on a CPU its cache grows
+        // without bound (measured: about 75 MB more resident memory per judgment with
+        // SmolLM2-135M; a three-judge run was killed by the OOM killer at 24 GB).
+        Self { dequantize: true, prefix_cache: false, max_concurrency: 4, max_prompt_tokens: 2048, dump_prompts: false }
     }
 }
 
