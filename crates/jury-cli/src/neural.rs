@@ -246,10 +246,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         &cfg,
                         &ft,
                         |epoch, post| {
-                            let dev_acc =
-                                dev.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count()
-                                    as f64
-                                    / dev.len() as f64;
+                            let dev_acc = share_correct(post, &dev, labels);
                             eprintln!(
                                 "{} seed {seed} lambda {lambda} epoch {epoch}: dev accuracy {dev_acc:.4}",
                                 method.name()
@@ -269,9 +266,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                 }
                 skill::train(&x, &data, &cfg, |epoch, loss, model| {
                     let post = model.posterior(&x, &yt, &mt)?;
-                    let dev_acc = dev.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count()
-                        as f64
-                        / dev.len() as f64;
+                    let dev_acc = share_correct(&post, &dev, labels);
                     eprintln!(
                         "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
                         method.name()
@@ -285,8 +280,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             }
             let Some((dev_acc, lambda, epoch, post, slopes)) = best else { bail!("no epochs were trained") };
             let test: Vec<usize> = labeled.iter().copied().filter(|&i| !is_dev[i]).collect();
-            let acc = test.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count() as f64
-                / test.len() as f64;
+            let acc = share_correct(&post, &test, labels);
             accs.push(acc);
             devs.push(dev_acc);
             chosen.push(json!({"lambda": lambda, "epoch": epoch}));
@@ -316,6 +310,12 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         out.push(NeuralRun { method, accuracies: accs, json: entry, posteriors: first_post });
     }
     Ok(out)
+}
+
+/// Share of the examples `idx` whose posterior P(positive) > 0.5 matches their label.
+fn share_correct(post: &[f32], idx: &[usize], labels: &Labels) -> f64 {
+    let right = idx.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count();
+    right as f64 / idx.len().max(1) as f64
 }
 
 /// Default location of the embedding cache.
