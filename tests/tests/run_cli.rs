@@ -18,23 +18,35 @@ fn smollm() -> PathBuf {
     p
 }
 
-fn config(dir: &Path, limit: usize) -> PathBuf {
+/// Writes `dir/exp.yaml`: SmolLM2 on `data` (a repository file) with `prompt`, output in
+/// `dir/out`; `dataset_extra` adds keys to the dataset mapping.
+fn experiment(dir: &Path, dataset: &str, data: &str, prompt: &str, dataset_extra: &str) -> PathBuf {
     let root = repo_root();
     let text = format!(
         "name: e2e\n\
-         dataset: {{name: demo-facts, path: {data}, limit: {limit}, seed: 3}}\n\
+         dataset: {{name: {dataset}, path: {data}, {dataset_extra}}}\n\
          prompt: {prompt}\n\
          judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
          runtime: {{max_concurrency: 2, max_prompt_tokens: 1024}}\n\
          output: {out}\n",
-        data = root.join("datasets/demo-facts.csv").display(),
-        prompt = root.join("prompts/demo-facts.yaml").display(),
+        data = root.join(data).display(),
+        prompt = root.join(prompt).display(),
         model = smollm().display(),
         out = dir.join("out").display(),
     );
     let p = dir.join("exp.yaml");
     fs::write(&p, text).unwrap();
     p
+}
+
+fn config(dir: &Path, limit: usize) -> PathBuf {
+    experiment(
+        dir,
+        "demo-facts",
+        "datasets/demo-facts.csv",
+        "prompts/demo-facts.yaml",
+        &format!("limit: {limit}, seed: 3"),
+    )
 }
 
 fn lines(p: &Path) -> Vec<String> {
@@ -107,21 +119,13 @@ fn killed_run_resumes_without_redoing_or_duplicating() {
 #[test]
 fn pairwise_task_judged_in_both_orders_is_averaged_in_the_original_orientation() {
     let dir = tempfile::tempdir().unwrap();
-    let root = repo_root();
-    let text = format!(
-        "name: pairs\n\
-         dataset: {{name: llmbar, path: {data}, limit: 2, seed: 1, both_orders: true}}\n\
-         prompt: {prompt}\n\
-         judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
-         runtime: {{max_concurrency: 2, max_prompt_tokens: 1024}}\n\
-         output: {out}\n",
-        data = root.join("datasets/demo-pairs.json").display(),
-        prompt = root.join("prompts/chatbot-arena.yaml").display(),
-        model = smollm().display(),
-        out = dir.path().join("out").display(),
+    let cfg = experiment(
+        dir.path(),
+        "llmbar",
+        "datasets/demo-pairs.json",
+        "prompts/chatbot-arena.yaml",
+        "limit: 2, seed: 1, both_orders: true",
     );
-    let cfg = dir.path().join("exp.yaml");
-    fs::write(&cfg, text).unwrap();
     let out = jury(&["run", cfg.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(judge_manifest(dir.path())["scored"], 4, "two pairs, two orders each");

@@ -200,6 +200,10 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             right as f64 / all.max(1) as f64
         })
         .collect();
+    // Judge outputs as tensors and the fine-tuning checkpoint key: the same for every
+    // method, seed and lambda.
+    let (_, yt, mt) = skill::tensors(&x, &data, Method::SkillAgg)?;
+    let ft_key = if opts.finetune { Some(finetune_key(j, opts)?) } else { None };
     let mut out = Vec::new();
     for &method in methods {
         let m_start = Instant::now();
@@ -211,7 +215,6 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             let dev: Vec<usize> = order[..opts.dev_size].to_vec();
             let mut is_dev = vec![false; n];
             dev.iter().for_each(|&i| is_dev[i] = true);
-            let (_, yt, mt) = skill::tensors(&x, &data, Method::SkillAgg)?;
             let mut best: Option<(f64, f64, usize, Vec<f32>, Vec<f32>)> = None;
             for lambda in method.lambdas(&opts.lambdas) {
                 let cfg = TrainConfig {
@@ -231,7 +234,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         checkpoints: opts
                             .embed_cache
                             .join("../finetune")
-                            .join(finetune_key(j, opts)?)
+                            .join(ft_key.as_deref().unwrap_or("frozen"))
                             .join(format!("{}-seed{seed}-lambda{lambda}", method.name())),
                     };
                     let bar = ProgressBar::new((n * opts.epochs) as u64);
