@@ -3,6 +3,10 @@
 //! Every metric is computed over the examples that have a label and returns `None` when
 //! there are none, so an unlabeled run can never report a made-up score.
 
+mod ranking;
+
+pub use ranking::{average_precision_at_k, rank_biased_overlap, spearman};
+
 use jury_core::{Judgments, Labels, Posteriors};
 
 /// Fraction of labeled examples whose predicted label matches. `predicted` is in the

@@ -6,6 +6,10 @@
 //! row c and reports a probability vector whose argmax is v (confidence drawn uniformly
 //! in (0.5, 1], the rest spread evenly). The same config and seed give the same jury.
 
+mod choice;
+
+pub use choice::{ChoiceAnswers, ChoiceConfig, simulate_choice};
+
 use jury_core::{CoreError, Judgments, JudgmentsBuilder, normalize_prob_vector};
 use rand::distr::{Distribution, weighted::WeightedIndex};
 use rand::{Rng, SeedableRng};
@@ -75,6 +79,8 @@ pub enum SimError {
     Confusion { judge: String, row: usize, source: CoreError },
     #[error("missing rate {0} is not in [0, 1)")]
     MissingRate(f64),
+    #[error("{0}")]
+    Config(String),
     #[error(transparent)]
     Core(#[from] CoreError),
 }
