@@ -4,9 +4,11 @@
 
 mod aggregate;
 mod neural;
+mod rank;
 mod report;
 mod run;
 mod simulate;
+mod winrate;
 
 use std::process::ExitCode;
 
@@ -27,6 +29,12 @@ enum Command {
     Simulate(simulate::Args),
     /// Run a YAML experiment: judges over a data set, then aggregation and scoring.
     Run(run::Args),
+    /// Win rate between generator pairs from evaluator votes, calibrated (BWRS, Bayesian Dawid-Skene).
+    Winrate(winrate::Args),
+    /// Rank models from their responses without ground truth (triplet ranking, most common answer).
+    Rank(rank::Args),
+    /// The triplet-ranking paper's multiple-choice simulation: RBO and MAP@5 of MCA, FTR and GTR.
+    RankSim(rank::SimArgs),
 }
 
 /// The whole `jury` program.
@@ -36,6 +44,9 @@ pub fn main() -> ExitCode {
         Command::Aggregate(args) => aggregate::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Run(args) => run::prepare(&args).and_then(run::run),
+        Command::Winrate(args) => winrate::run(args),
+        Command::Rank(args) => rank::run(args),
+        Command::RankSim(args) => rank::run_sim(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

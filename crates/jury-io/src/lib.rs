@@ -1,4 +1,4 @@
-//! Judgment and label tables on disk (CSV, JSON Lines, JSON, Parquet) and atomic output
+//! Judgment, label, comparison and response tables on disk (CSV, JSON Lines, JSON, Parquet) and atomic output
 //! files. The only crate that knows polars or file formats.
 //!
 //! Invariant: every error names the file, and for bad values the line (CSV, JSON Lines)
@@ -6,9 +6,11 @@
 //! guessing. Outputs are written to a temporary file in the target directory and renamed
 //! into place, so a reader never sees a half-written file.
 
+mod pairwise;
 mod table;
 mod write;
 
+pub use pairwise::{ComparisonRow, ResponseTable, read_comparisons, read_responses};
 pub use table::{read_judgments, read_labels, read_texts};
 pub use write::{csv_field, write_atomic};
 

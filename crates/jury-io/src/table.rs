@@ -20,7 +20,7 @@ use polars::prelude::*;
 use crate::IoError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(crate) enum Format {
     Csv,
     JsonLines,
     JsonArray,
@@ -40,7 +40,7 @@ impl Format {
     }
 
     /// Where data row `i` (0-based) sits in the file, in the words an editor uses.
-    fn locate(self, i: usize) -> String {
+    pub(crate) fn locate(self, i: usize) -> String {
         match self {
             Format::Csv => format!("line {}", i + 2),
             Format::JsonLines => format!("line {}", i + 1),
@@ -51,14 +51,14 @@ impl Format {
 }
 
 /// A loaded table that knows how to describe its own rows in errors.
-struct Table {
+pub(crate) struct Table {
     path: PathBuf,
-    format: Format,
+    pub(crate) format: Format,
     df: DataFrame,
 }
 
 impl Table {
-    fn load(path: &Path) -> Result<Self, IoError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, IoError> {
         let format = Format::of(path)?;
         let read_err = |e: PolarsError| IoError::Read { path: path.to_owned(), source: Box::new(e) };
         // Opened here first so a missing or unreadable file gets the OS's plain message.
@@ -84,7 +84,7 @@ impl Table {
         Ok(Self { path: path.to_owned(), format, df })
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.df.column(name).is_ok()
     }
 
@@ -101,7 +101,7 @@ impl Table {
         })
     }
 
-    fn field_err(&self, row: usize, column: &str, reason: impl Into<String>) -> IoError {
+    pub(crate) fn field_err(&self, row: usize, column: &str, reason: impl Into<String>) -> IoError {
         IoError::Field {
             path: self.path.clone(),
             row: self.format.locate(row),
@@ -124,7 +124,7 @@ impl Table {
     }
 
     /// A text column (numbers are accepted and printed as text); null stays `None`.
-    fn strings(&self, name: &str) -> Result<Vec<Option<String>>, IoError> {
+    pub(crate) fn strings(&self, name: &str) -> Result<Vec<Option<String>>, IoError> {
         Ok(self.text(name)?.iter().map(|v| v.map(str::to_owned)).collect())
     }
 
@@ -209,7 +209,7 @@ impl Table {
     }
 
     /// A text column in which every cell must be non-empty.
-    fn required_text(&self, name: &str) -> Result<StringChunked, IoError> {
+    pub(crate) fn required_text(&self, name: &str) -> Result<StringChunked, IoError> {
         let ca = self.text(name)?;
         if let Some(i) = ca.iter().position(|v| v.is_none_or(|v| v.trim().is_empty())) {
             return Err(self.field_err(i, name, "empty value"));

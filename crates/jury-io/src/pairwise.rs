@@ -1,0 +1,157 @@
+//! Tables for win-rate calibration and ranking: pairwise comparisons with evaluator votes
+//! and human labels, and model responses to shared prompts.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::IoError;
+use crate::table::Table;
+
+/// One row of a comparisons table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComparisonRow {
+    /// Identifies the comparison within its generator pair (shared by its evaluators' rows).
+    pub comparison_id: String,
+    pub generator_0: String,
+    pub generator_1: String,
+    /// The evaluator (an LLM, or the human-label name).
+    pub evaluator: String,
+    /// `Some(true)` when generator_1's output is preferred; `None` for a tie or no verdict.
+    pub vote: Option<bool>,
+}
+
+/// Reads a comparisons table: columns `comparison_id`, `generator_0`, `generator_1`,
+/// `evaluator`, `vote` (1: generator_1 preferred, 0: generator_0 preferred, `tie` or
+/// empty: no preference). One row per (generator pair, comparison, evaluator); a repeat
+/// is an error naming both rows.
+pub fn read_comparisons(path: &Path) -> Result<Vec<ComparisonRow>, IoError> {
+    let t = Table::load(path)?;
+    let ids = t.required_text("comparison_id")?;
+    let g0 = t.required_text("generator_0")?;
+    let g1 = t.required_text("generator_1")?;
+    let evaluators = t.required_text("evaluator")?;
+    let votes = t.strings("vote")?;
+    let mut seen: HashMap<(String, String, String, String), usize> = HashMap::new();
+    let mut out = Vec::with_capacity(votes.len());
+    for i in 0..votes.len() {
+        // The four text columns were checked to have no empty cell.
+        let text = |c: &polars::prelude::StringChunked| c.get(i).unwrap_or_default().trim().to_owned();
+        let row = ComparisonRow {
+            comparison_id: text(&ids),
+            generator_0: text(&g0),
+            generator_1: text(&g1),
+            evaluator: text(&evaluators),
+            vote: parse_vote(votes[i].as_deref())
+                .ok_or_else(|| t.field_err(i, "vote", format!("`{}` is not 0, 1, tie or empty", votes[i].as_deref().unwrap_or_default())))?,
+        };
+        if row.generator_0 == row.generator_1 {
+            return Err(t.field_err(i, "generator_1", "the same generator as generator_0"));
+        }
+        let key = (row.generator_0.clone(), row.generator_1.clone(), row.comparison_id.clone(), row.evaluator.clone());
+        if let Some(first) = seen.insert(key, i) {
+            return Err(t.field_err(
+                i,
+                "evaluator",
+                format!("a second vote by `{}` on comparison `{}` (first at {})", row.evaluator, row.comparison_id, t.format.locate(first)),
+            ));
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+fn parse_vote(v: Option<&str>) -> Option<Option<bool>> {
+    match v.map(str::trim).map(str::to_ascii_lowercase).as_deref() {
+        None | Some("" | "tie") => Some(None),
+        Some("1" | "1.0") => Some(Some(true)),
+        Some("0" | "0.0") => Some(Some(false)),
+        _ => None,
+    }
+}
+
+/// Model responses: columns `prompt_id`, `model`, `response`. Returns the model names
+/// in order of first appearance, the prompt ids likewise, and `cells[model][prompt]`
+/// (missing where a model has no row for a prompt; an empty response is a response).
+pub type ResponseTable = (Vec<String>, Vec<String>, Vec<Vec<Option<String>>>);
+
+/// Reads a responses table; a second response by one model to one prompt is an error
+/// naming both rows.
+pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
+    let t = Table::load(path)?;
+    let prompts = t.required_text("prompt_id")?;
+    let models = t.required_text("model")?;
+    let responses = t.strings("response")?;
+    let (mut model_ix, mut prompt_ix): (HashMap<String, usize>, HashMap<String, usize>) = Default::default();
+    let (mut model_names, mut prompt_names) = (Vec::new(), Vec::new());
+    let mut entries = Vec::with_capacity(responses.len());
+    for (i, response) in responses.into_iter().enumerate() {
+        let m = models.get(i).unwrap_or_default().trim().to_owned();
+        let d = prompts.get(i).unwrap_or_default().trim().to_owned();
+        let mi = *model_ix.entry(m.clone()).or_insert_with(|| {
+            model_names.push(m.clone());
+            model_names.len() - 1
+        });
+        let di = *prompt_ix.entry(d.clone()).or_insert_with(|| {
+            prompt_names.push(d.clone());
+            prompt_names.len() - 1
+        });
+        entries.push((i, mi, di, response.unwrap_or_default()));
+    }
+    let mut cells = vec![vec![None; prompt_names.len()]; model_names.len()];
+    let mut first_row = vec![vec![0usize; prompt_names.len()]; model_names.len()];
+    for (i, mi, di, response) in entries {
+        if cells[mi][di].is_some() {
+            return Err(t.field_err(
+                i,
+                "prompt_id",
+                format!(
+                    "a second response by `{}` to prompt `{}` (first at {})",
+                    model_names[mi],
+                    prompt_names[di],
+                    t.format.locate(first_row[mi][di])
+                ),
+            ));
+        }
+        first_row[mi][di] = i;
+        cells[mi][di] = Some(response);
+    }
+    Ok((model_names, prompt_names, cells))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comparisons_parse_votes_and_reject_repeats_with_both_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.csv");
+        std::fs::write(&p, "comparison_id,generator_0,generator_1,evaluator,vote\n1,a,b,gpt,1\n1,a,b,human,0\n2,a,b,gpt,tie\n2,a,b,human,\n").unwrap();
+        let rows = read_comparisons(&p).unwrap();
+        assert_eq!(rows.iter().map(|r| r.vote).collect::<Vec<_>>(), [Some(true), Some(false), None, None]);
+        std::fs::write(&p, "comparison_id,generator_0,generator_1,evaluator,vote\n1,a,b,gpt,1\n1,a,b,gpt,0\n").unwrap();
+        let e = read_comparisons(&p).unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("first at line 2"), "{e}");
+        std::fs::write(&p, "comparison_id,generator_0,generator_1,evaluator,vote\n1,a,b,gpt,yes\n").unwrap();
+        let e = read_comparisons(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("`vote`") && e.contains("`yes`"), "{e}");
+    }
+
+    #[test]
+    fn responses_form_a_model_by_prompt_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.jsonl");
+        std::fs::write(
+            &p,
+            "{\"prompt_id\":\"q1\",\"model\":\"m1\",\"response\":\"A\"}\n{\"prompt_id\":\"q2\",\"model\":\"m2\",\"response\":\"B\"}\n{\"prompt_id\":\"q1\",\"model\":\"m2\",\"response\":\"C\"}\n",
+        )
+        .unwrap();
+        let (models, prompts, cells) = read_responses(&p).unwrap();
+        assert_eq!(models, ["m1", "m2"]);
+        assert_eq!(prompts, ["q1", "q2"]);
+        assert_eq!(cells, vec![vec![Some("A".to_owned()), None], vec![Some("C".to_owned()), Some("B".to_owned())]]);
+        std::fs::write(&p, "{\"prompt_id\":\"q1\",\"model\":\"m1\",\"response\":\"A\"}\n{\"prompt_id\":\"q1\",\"model\":\"m1\",\"response\":\"B\"}\n").unwrap();
+        let e = read_responses(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("first at line 1"), "{e}");
+    }
+}
