@@ -38,6 +38,9 @@ pub struct Args {
     /// Evaluator name of the human-label rows.
     #[arg(long, default_value = "human")]
     human: String,
+    /// Only these evaluators (comma-separated names); all by default.
+    #[arg(long)]
+    evaluators: Option<String>,
     /// Output directory for winrate.json.
     #[arg(long)]
     out: PathBuf,
@@ -91,11 +94,23 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let cfg = SamplingConfig { draws: args.draws, burn_in: args.burn_in, level: args.level, seed: args.seed };
-    let rows = read_comparisons(&args.comparisons)?;
+    let keep: Option<Vec<&str>> = args.evaluators.as_deref().map(|s| s.split(',').map(str::trim).collect());
+    let filter = |rows: Vec<ComparisonRow>| -> Vec<ComparisonRow> {
+        match &keep {
+            Some(k) => rows.into_iter().filter(|r| r.evaluator == args.human || k.contains(&r.evaluator.as_str())).collect(),
+            None => rows,
+        }
+    };
+    let rows = filter(read_comparisons(&args.comparisons)?);
+    if let Some(k) = &keep {
+        if let Some(missing) = k.iter().find(|name| !rows.iter().any(|r| r.evaluator == **name)) {
+            bail!("--evaluators: `{missing}` has no rows in {}", args.comparisons.display());
+        }
+    }
     let pairs = group(&rows, &args.human).with_context(|| format!("{}", args.comparisons.display()))?;
     let ood = match &prior {
         Prior::Ood(path) => {
-            let rows = read_comparisons(path)?;
+            let rows = filter(read_comparisons(path)?);
             Some(group(&rows, &args.human).with_context(|| format!("{}", path.display()))?)
         }
         _ => None,
@@ -105,14 +120,13 @@ pub fn run(args: Args) -> Result<()> {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "{:<36} {:>5} {:>6} {:>8} {:>9} {:>17} {:>8} {:>8}",
+        "{:<44} {:>5} {:>6} {:>8} {:>10} {:>16} {:>8} {:>8}",
         "generator pair (p = P(G1 preferred))", "n", "human", "observed", "estimate", "interval", "|err|", "|obs err|"
     );
     let (mut errs, mut obs_errs) = (Vec::new(), Vec::new());
     for (pi, pair) in pairs.iter().enumerate() {
         let n_labeled = pair.human.iter().flatten().count();
-        let human_rate = (n_labeled > 0)
-            .then(|| pair.human.iter().flatten().filter(|&&h| h).count() as f64 / n_labeled as f64);
+        let human_rate = rate(&pair.human);
         let pair_cfg = SamplingConfig { seed: args.seed.wrapping_add(pi as u64), ..cfg };
         let obs = observed(&pair.votes, &pair_cfg)?;
         let revealed = match &prior {
@@ -158,8 +172,8 @@ pub fn run(args: Args) -> Result<()> {
         let fmt = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.3}"));
         let _ = writeln!(
             table,
-            "{:<36} {:>5} {:>6} {:>8.3} {:>9} {:>17} {:>8} {:>8}",
-            truncate(&label, 36),
+            "{:<44} {:>5} {:>6} {:>8.3} {:>10} {:>16} {:>8} {:>8}",
+            truncate(&label, 44),
             pair.votes.n_items(),
             fmt(human_rate),
             obs.mean,
@@ -175,6 +189,8 @@ pub fn run(args: Args) -> Result<()> {
             "evaluators": pair.votes.evaluators(),
             "n_human_labels": n_labeled,
             "n_revealed_labels": revealed.iter().flatten().count(),
+            // What the revealed labels alone say, the baseline any calibration must beat.
+            "revealed_win_rate": rate(&revealed),
             "human_win_rate": human_rate,
             "observed": obs.mean,
             "observed_interval": [obs.lo, obs.hi],
@@ -206,6 +222,12 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// Share of the given labels that prefer G1; `None` without labels.
+fn rate(labels: &[Option<bool>]) -> Option<f64> {
+    let n = labels.iter().flatten().count();
+    (n > 0).then(|| labels.iter().flatten().filter(|&&h| h).count() as f64 / n as f64)
 }
 
 fn parse_prior(s: &str) -> Result<Prior> {

@@ -5,14 +5,18 @@ use rand_distr::Distribution;
 
 use crate::{Confusion, Estimate, Outcome, PairVotes, SamplingConfig, WinRateError, beta, check_len, interval};
 
+/// Slopes q0 + q1 - 1 below this in size amplify the error of k more than tenfold.
+pub const MIN_SLOPE: f64 = 0.1;
+
 /// BWRS. `accuracy[e]` is evaluator e's agreement with human labels (from labeled
 /// comparisons of this pair, or of other pairs for an out-of-distribution prior). Per
 /// evaluator and draw: k ~ Beta(1 + votes G1, 1 + votes G0), q0 ~ Beta(1 + h0_v0, 1 +
 /// h0_v1), q1 ~ Beta(1 + h1_v1, 1 + h1_v0); draws that land outside (0, 1) are dropped.
-/// An evaluator without labeled comparisons, or whose q0 + q1 - 1 has a credible
-/// interval containing 0, is left out (named in `excluded`): dividing by a slope that
-/// may be zero turns noise into any number. With none left, the outcome is
-/// `Unidentifiable`.
+/// An evaluator without labeled comparisons, or whose q0 + q1 - 1 is more likely than
+/// not within `MIN_SLOPE` of zero, is left out (named in `excluded`): dividing by such a
+/// slope turns noise into any number. With none left, the outcome is `Unidentifiable`.
+/// (A merely uncertain slope, as a handful of labels leaves, is kept: its draws widen
+/// the interval instead.)
 pub fn bwrs(votes: &PairVotes, accuracy: &[Confusion], cfg: &SamplingConfig) -> Result<Outcome, WinRateError> {
     cfg.check()?;
     check_len("evaluator accuracies", accuracy.len(), votes.evaluators().len(), "evaluator")?;
@@ -40,8 +44,8 @@ pub fn bwrs(votes: &PairVotes, accuracy: &[Confusion], cfg: &SamplingConfig) -> 
                 kept.push(p);
             }
         }
-        let (lo, hi) = interval(&mut slopes, cfg.level);
-        if lo <= 0.0 && hi >= 0.0 {
+        let near_zero = slopes.iter().filter(|s| s.abs() < MIN_SLOPE).count() as f64 / slopes.len() as f64;
+        if near_zero > 0.5 {
             excluded.push(name.clone());
         } else {
             pooled.extend(kept);
@@ -49,7 +53,8 @@ pub fn bwrs(votes: &PairVotes, accuracy: &[Confusion], cfg: &SamplingConfig) -> 
     }
     if pooled.is_empty() {
         return Ok(Outcome::Unidentifiable(format!(
-            "no evaluator's q0 + q1 - 1 is credibly away from 0 (left out: {}), so p = (k + q0 - 1) / (q0 + q1 - 1) is not determined",
+            "every evaluator's q0 + q1 - 1 is more likely than not within {MIN_SLOPE} of 0 or unknown (left out: {}), \
+             so p = (k + q0 - 1) / (q0 + q1 - 1) is not determined",
             excluded.join(", ")
         )));
     }
@@ -90,7 +95,7 @@ mod tests {
     #[test]
     fn a_slope_near_zero_is_unidentifiable() {
         // q0 + q1 = 1: the votes carry no information about the human preference.
-        let (votes, human) = simulate(0.3, &[(0.7, 0.3), (0.5, 0.5)], 1000, 3);
+        let (votes, human) = simulate(0.3, &[(0.7, 0.3), (0.5, 0.5)], 2000, 3);
         let acc = votes.confusion(&reveal(&human, 0.1)).unwrap();
         let out = bwrs(&votes, &acc, &SamplingConfig::default()).unwrap();
         let Outcome::Unidentifiable(why) = out else { panic!("{out:?}") };

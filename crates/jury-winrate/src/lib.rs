@@ -8,14 +8,14 @@
 //! so its observed rate is k = p q1 + (1 - p)(1 - q0) and p = (k + q0 - 1) / (q0 + q1 - 1).
 //!
 //! Invariant: a method answers `Outcome::Unidentifiable` (with the reason) instead of a
-//! number when the data cannot determine p: every evaluator's q0 + q1 - 1 is
-//! indistinguishable from zero, or, without human labels, the evaluators agree no more
-//! than chance.
+//! number when the data cannot determine p: every evaluator's q0 + q1 - 1 is probably
+//! near zero (BWRS), or, without human labels or an informative accuracy prior, the
+//! evaluators agree no more than chance (Bayesian Dawid-Skene).
 
 mod bwrs;
 mod gibbs;
 
-pub use bwrs::bwrs;
+pub use bwrs::{MIN_SLOPE, bwrs};
 pub use gibbs::{AccuracyPrior, bayesian_dawid_skene};
 
 use rand::SeedableRng;

@@ -15,6 +15,7 @@ pub fn jury(args: &[&str]) -> Output {
 }
 
 /// Repository root (for committed data sets, prompts and fetched models).
+#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
 pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root")
 }
