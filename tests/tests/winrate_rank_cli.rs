@@ -200,3 +200,65 @@ fn ftr_degrades_less_than_mca_under_noisy_equality() {
         assert!(ftr_drop < mca_drop, "best {best}: FTR lost {ftr_drop}, MCA {mca_drop}");
     }
 }
+
+/// GTR with a real LLM (SmolLM2-135M through mistral.rs) as the evaluation function, on
+/// three models and two prompts of the team's demo set: a proper ranking comes out, and
+/// a rerun takes every judgment from the cache. Needs `scripts/fetch-judges.sh --small`.
+#[test]
+fn rank_with_a_real_llm_evaluation_resumes_from_its_cache() {
+    let root = common::repo_root();
+    let model = root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.is_file(), "{} is missing: run scripts/fetch-judges.sh --small", model.display());
+    let dir = tempfile::tempdir().unwrap();
+    let demo = fs::read_to_string(root.join("datasets/demo-rank.csv")).unwrap();
+    let small: String = demo
+        .lines()
+        .enumerate()
+        .filter(|(i, l)| *i == 0 || ((l.starts_with("q1,") || l.starts_with("q2,")) && !l.ends_with("model-d") && !l.contains(",model-d,")))
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    let file = dir.path().join("responses.csv");
+    fs::write(&file, &small).unwrap();
+    let out_dir = dir.path().join("out");
+    let (eval, prompt) = (format!("llm:{}", model.display()), root.join("prompts/triplet-reference.yaml"));
+    let args = [
+        "rank",
+        "--responses",
+        path_str(&file),
+        "--method",
+        "gtr",
+        "--eval",
+        &eval,
+        "--prompt",
+        path_str(&prompt),
+        "--out",
+        path_str(&out_dir),
+    ];
+    let first = jury(&args);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let read = || -> Value { serde_json::from_str(&fs::read_to_string(out_dir.join("ranking.json")).unwrap()).unwrap() };
+    let r = read();
+    let mut models: Vec<String> = r["ranking"].as_array().unwrap().iter().map(|x| x["model"].as_str().unwrap().to_owned()).collect();
+    let order = models.clone();
+    models.sort();
+    assert_eq!(models, ["model-a", "model-b", "model-c"], "a permutation of the three models");
+    // One triplet: each of the three models judges the other two on both prompts.
+    assert_eq!(r["evaluations"], 3);
+    let cached = fs::read_to_string(out_dir.join("cache.jsonl")).unwrap();
+    // 3 comparisons x 2 prompts, one order; identical prompts (two judges with the same
+    // answer comparing the same two answers in the same order) share one cache entry.
+    let keys: std::collections::HashSet<&str> = cached.lines().map(|l| &l[..80]).collect();
+    assert_eq!(keys.len(), cached.lines().count(), "one line per key");
+    assert!((1..=6).contains(&keys.len()), "{} judgments", keys.len());
+    for line in cached.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let y = v["value"]["y"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&y) && v["value"]["mass"].as_f64().unwrap() > 0.0, "{line}");
+    }
+
+    let second = jury(&args);
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    assert_eq!(fs::read_to_string(out_dir.join("cache.jsonl")).unwrap(), cached, "nothing re-asked or duplicated");
+    let again: Vec<String> = read()["ranking"].as_array().unwrap().iter().map(|x| x["model"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(again, order, "the same ranking from the same cached judgments and seed");
+}

@@ -3,6 +3,7 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
+mod llm_eval;
 mod neural;
 mod rank;
 mod report;

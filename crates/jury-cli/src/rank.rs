@@ -15,6 +15,8 @@ use jury_rank::{
 use jury_sim::{ChoiceConfig, simulate_choice};
 use serde_json::json;
 
+use crate::llm_eval::{LlmEvalConfig, LlmEvaluation};
+
 /// Rank-biased overlap persistence used throughout (the paper's p = 0.95).
 const RBO_P: f64 = 0.95;
 
@@ -26,9 +28,20 @@ pub struct Args {
     /// gtr (greedy triplet), ftr (full triplet) or mca (most common answer).
     #[arg(long, default_value = "ftr")]
     method: String,
-    /// Evaluation function: rouge2, equal or noisy-equal:P.
+    /// Evaluation function: rouge2, equal, noisy-equal:P, or llm:MODEL.gguf (a local LLM
+    /// judges which of two answers agrees better with the judge model's; needs a
+    /// `prompt` column with each prompt's text).
     #[arg(long, default_value = "equal")]
     eval: String,
+    /// Prompt template of the LLM evaluation.
+    #[arg(long, default_value = "prompts/triplet-reference.yaml")]
+    prompt: PathBuf,
+    /// LLM evaluation: judge each pair in both orders and average (position bias).
+    #[arg(long)]
+    both_orders: bool,
+    /// LLM evaluation: prompts longer than this many tokens are truncated.
+    #[arg(long, default_value_t = 2048)]
+    max_prompt_tokens: usize,
     /// Model name of reference answers in the file, if any: never ranked, used only to
     /// build the reference ranking (models by mean similarity to it) for scoring.
     #[arg(long, default_value = "reference")]
@@ -70,15 +83,19 @@ impl Method {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum EvalKind {
     Rouge2,
     Equal,
     NoisyEqual(f64),
+    Llm(PathBuf),
 }
 
 impl EvalKind {
     fn parse(s: &str) -> Result<Self> {
+        if let Some(path) = s.strip_prefix("llm:") {
+            return Ok(EvalKind::Llm(PathBuf::from(path)));
+        }
         if let Some(p) = s.strip_prefix("noisy-equal:") {
             let p: f64 = p.parse().with_context(|| format!("--eval: `{p}` is not a number"))?;
             if !(0.0..=1.0).contains(&p) {
@@ -89,24 +106,27 @@ impl EvalKind {
         match s {
             "rouge2" => Ok(EvalKind::Rouge2),
             "equal" => Ok(EvalKind::Equal),
-            other => bail!("--eval: unknown evaluation `{other}` (expected rouge2, equal or noisy-equal:P)"),
+            other => bail!("--eval: unknown evaluation `{other}` (expected rouge2, equal, noisy-equal:P or llm:MODEL.gguf)"),
         }
     }
 
-    fn build(self, r: &Responses, seed: u64) -> Result<Box<dyn Evaluation>> {
+    /// The evaluations that need no model.
+    fn build(&self, r: &Responses, seed: u64) -> Result<Box<dyn Evaluation>> {
         Ok(match self {
             EvalKind::Rouge2 => Box::new(Rouge2::new(r)),
             EvalKind::Equal => Box::new(Equality::new(r)),
-            EvalKind::NoisyEqual(p) => Box::new(NoisyEquality::new(r, p, seed)?),
+            EvalKind::NoisyEqual(p) => Box::new(NoisyEquality::new(r, *p, seed)?),
+            EvalKind::Llm(_) => bail!("internal: the LLM evaluation is built with its model"),
         })
     }
 
-    /// The exact counterpart used to build a reference ranking (noise is the method's
-    /// handicap, not the reference's).
-    fn exact(self) -> Self {
+    /// The exact, model-free counterpart used to build a reference ranking (noise is the
+    /// method's handicap, not the reference's; against a reference answer an LLM judge's
+    /// closest stand-in is exact equality).
+    fn exact(&self) -> Self {
         match self {
-            EvalKind::NoisyEqual(_) => EvalKind::Equal,
-            other => other,
+            EvalKind::NoisyEqual(_) | EvalKind::Llm(_) => EvalKind::Equal,
+            other => other.clone(),
         }
     }
 }
@@ -114,14 +134,35 @@ impl EvalKind {
 pub fn run(args: Args) -> Result<()> {
     let method = Method::parse(&args.method)?;
     let eval_kind = EvalKind::parse(&args.eval)?;
-    let (mut models, prompts, mut cells) = read_responses(&args.responses)?;
+    let table = read_responses(&args.responses)?;
+    let (mut models, prompts, mut cells) = (table.models, table.prompt_ids, table.cells);
     let reference = models.iter().position(|m| *m == args.reference).map(|i| {
         models.remove(i);
         cells.remove(i)
     });
     let responses = Responses::new(models.clone(), cells.clone()).with_context(|| args.responses.display().to_string())?;
-    let mut eval = eval_kind.build(&responses, args.seed)?;
-    let ranking = method.rank(&responses, eval.as_mut(), args.seed);
+    let ranking = match &eval_kind {
+        EvalKind::Llm(gguf) => {
+            if method == Method::Mca {
+                bail!("--method mca needs a similarity to a consensus answer; an LLM judge only compares pairs (use gtr or ftr)");
+            }
+            let Some(texts) = table.prompt_texts.clone() else {
+                bail!("--eval llm: {} has no `prompt` column (the LLM judge needs each prompt's text)", args.responses.display());
+            };
+            let cfg = LlmEvalConfig {
+                gguf,
+                template: &args.prompt,
+                both_orders: args.both_orders,
+                cache: &args.out.join("cache.jsonl"),
+                max_prompt_tokens: args.max_prompt_tokens,
+            };
+            let mut eval = LlmEvaluation::new(&cfg, texts, cells.clone())?;
+            let ranking = method.rank(&responses, &mut eval, args.seed);
+            eval.finish()?;
+            ranking
+        }
+        kind => method.rank(&responses, kind.build(&responses, args.seed)?.as_mut(), args.seed),
+    };
 
     let scored = match reference {
         Some(refs) => {

@@ -69,18 +69,29 @@ fn parse_vote(v: Option<&str>) -> Option<Option<bool>> {
     }
 }
 
-/// Model responses: columns `prompt_id`, `model`, `response`. Returns the model names
-/// in order of first appearance, the prompt ids likewise, and `cells[model][prompt]`
-/// (missing where a model has no row for a prompt; an empty response is a response).
-pub type ResponseTable = (Vec<String>, Vec<String>, Vec<Vec<Option<String>>>);
+/// Model responses to shared prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseTable {
+    /// Model names in order of first appearance.
+    pub models: Vec<String>,
+    /// Prompt ids in order of first appearance.
+    pub prompt_ids: Vec<String>,
+    /// Each prompt's text, when the table has a `prompt` column (an LLM judge needs it).
+    pub prompt_texts: Option<Vec<String>>,
+    /// `cells[model][prompt]`: missing where a model has no row for a prompt (an empty
+    /// response is a response).
+    pub cells: Vec<Vec<Option<String>>>,
+}
 
-/// Reads a responses table; a second response by one model to one prompt is an error
-/// naming both rows.
+/// Reads a responses table: columns `prompt_id`, `model`, `response`, and optionally
+/// `prompt` (the prompt's text, the same on every row of a prompt). A second response
+/// by one model to one prompt, or two texts for one prompt, is an error naming the rows.
 pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
     let t = Table::load(path)?;
     let prompts = t.required_text("prompt_id")?;
     let models = t.required_text("model")?;
     let responses = t.strings("response")?;
+    let texts = if t.has("prompt") { Some(t.strings("prompt")?) } else { None };
     let (mut model_ix, mut prompt_ix): (HashMap<String, usize>, HashMap<String, usize>) = Default::default();
     let (mut model_names, mut prompt_names) = (Vec::new(), Vec::new());
     let mut entries = Vec::with_capacity(responses.len());
@@ -115,7 +126,29 @@ pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
         first_row[mi][di] = i;
         cells[mi][di] = Some(response);
     }
-    Ok((model_names, prompt_names, cells))
+    let prompt_texts = match texts {
+        None => None,
+        Some(texts) => {
+            let mut out: Vec<Option<(usize, String)>> = vec![None; prompt_names.len()];
+            for (i, text) in texts.into_iter().enumerate() {
+                let di = prompt_ix[prompts.get(i).unwrap_or_default().trim()];
+                let text = text.unwrap_or_default();
+                match &out[di] {
+                    Some((first, seen)) if *seen != text => {
+                        return Err(t.field_err(
+                            i,
+                            "prompt",
+                            format!("prompt `{}` has another text at {}", prompt_names[di], t.format.locate(*first)),
+                        ));
+                    }
+                    Some(_) => {}
+                    None => out[di] = Some((i, text)),
+                }
+            }
+            Some(out.into_iter().map(|x| x.map(|(_, t)| t).unwrap_or_default()).collect())
+        }
+    };
+    Ok(ResponseTable { models: model_names, prompt_ids: prompt_names, prompt_texts, cells })
 }
 
 #[cfg(test)]
@@ -146,10 +179,17 @@ mod tests {
             "{\"prompt_id\":\"q1\",\"model\":\"m1\",\"response\":\"A\"}\n{\"prompt_id\":\"q2\",\"model\":\"m2\",\"response\":\"B\"}\n{\"prompt_id\":\"q1\",\"model\":\"m2\",\"response\":\"C\"}\n",
         )
         .unwrap();
-        let (models, prompts, cells) = read_responses(&p).unwrap();
-        assert_eq!(models, ["m1", "m2"]);
-        assert_eq!(prompts, ["q1", "q2"]);
-        assert_eq!(cells, vec![vec![Some("A".to_owned()), None], vec![Some("C".to_owned()), Some("B".to_owned())]]);
+        let t = read_responses(&p).unwrap();
+        assert_eq!(t.models, ["m1", "m2"]);
+        assert_eq!(t.prompt_ids, ["q1", "q2"]);
+        assert_eq!(t.prompt_texts, None);
+        assert_eq!(t.cells, vec![vec![Some("A".to_owned()), None], vec![Some("C".to_owned()), Some("B".to_owned())]]);
+        let csv = dir.path().join("r.csv");
+        std::fs::write(&csv, "prompt_id,prompt,model,response\nq1,Why?,m1,A\nq1,Why?,m2,B\nq2,How?,m1,C\n").unwrap();
+        assert_eq!(read_responses(&csv).unwrap().prompt_texts, Some(vec!["Why?".to_owned(), "How?".to_owned()]));
+        std::fs::write(&csv, "prompt_id,prompt,model,response\nq1,Why?,m1,A\nq1,How?,m2,B\n").unwrap();
+        let e = read_responses(&csv).unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("another text at line 2"), "{e}");
         std::fs::write(&p, "{\"prompt_id\":\"q1\",\"model\":\"m1\",\"response\":\"A\"}\n{\"prompt_id\":\"q1\",\"model\":\"m1\",\"response\":\"B\"}\n").unwrap();
         let e = read_responses(&p).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("first at line 1"), "{e}");

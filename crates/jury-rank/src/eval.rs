@@ -15,8 +15,18 @@ use crate::{RankError, Responses};
 /// hence `&mut self`: the same call sequence gives the same answers.
 pub trait Evaluation {
     /// How close `candidate`'s response on `prompt` is to `judge`'s; `None` when either
-    /// response is missing.
+    /// response is missing or the evaluation only compares pairs (an LLM judge).
     fn similarity(&mut self, prompt: usize, judge: usize, candidate: usize) -> Option<f64>;
+
+    /// How much closer `a`'s response is to `judge`'s than `b`'s, in [-1, 1] (positive:
+    /// `a` is closer); `None` when a response is missing. Defaults to the difference of
+    /// the two similarities; an evaluation that judges a pair at once overrides it.
+    fn compare(&mut self, prompt: usize, judge: usize, a: usize, b: usize) -> Option<f64> {
+        // Both similarities are requested (a random evaluation consumes its draws in a
+        // fixed order) before either can end the comparison.
+        let (x, y) = (self.similarity(prompt, judge, a), self.similarity(prompt, judge, b));
+        Some(x? - y?)
+    }
 }
 
 /// Exact equality of the trimmed responses (multiple choice): 1 or 0.

@@ -8,21 +8,13 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::{Evaluation, Ranking, Responses};
 
-/// Judge `judge` compares candidates `a` and `b`: each candidate's similarity to the
-/// judge's responses is summed over the prompts all three answered. `Greater` means `a`
-/// is preferred (closer to the judge), `Equal` a tie.
+/// Judge `judge` compares candidates `a` and `b`: the evaluation's per-prompt
+/// comparisons (for a similarity, the difference of the two candidates' similarity to
+/// the judge's response) are summed over the prompts all three answered. `Greater`
+/// means `a` is preferred (closer to the judge), `Equal` a tie.
 pub fn judge_prefers(eval: &mut dyn Evaluation, n_prompts: usize, judge: usize, a: usize, b: usize) -> Ordering {
-    let (mut sa, mut sb) = (0.0, 0.0);
-    for d in 0..n_prompts {
-        // Both similarities are requested for every prompt (a random evaluation consumes
-        // its draws in a fixed order), and a prompt counts only if both exist.
-        let (x, y) = (eval.similarity(d, judge, a), eval.similarity(d, judge, b));
-        if let (Some(x), Some(y)) = (x, y) {
-            sa += x;
-            sb += y;
-        }
-    }
-    sa.partial_cmp(&sb).unwrap_or(Ordering::Equal)
+    let total: f64 = (0..n_prompts).filter_map(|d| eval.compare(d, judge, a, b)).sum();
+    total.partial_cmp(&0.0).unwrap_or(Ordering::Equal)
 }
 
 /// State of one GTR run: the evaluation and the count of judge comparisons made.
