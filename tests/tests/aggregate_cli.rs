@@ -204,3 +204,53 @@ fn three_classes_from_a_jsonl_list_column() {
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
     assert!(predictions.starts_with("example_id,label,avg_p0,avg_p1,avg_p2,avg_label,mv_p0,"), "{predictions}");
 }
+
+/// The context-dependent methods on three classes (the paper's Appendix F form) with the
+/// real encoder (all-MiniLM-L6-v2; `scripts/fetch-encoder.sh`): each example's context
+/// names its class, two of three judges are noisy, and SkillAggregation must use both.
+#[test]
+fn context_dependent_methods_take_three_classes() {
+    use rand::{Rng, SeedableRng};
+    use std::fmt::Write as _;
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(encoder.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-encoder.sh", encoder.display());
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    let topics = ["a recipe for apple pie with cinnamon", "a football match report", "a lecture on quantum physics"];
+    let (mut judgments, mut labels, mut contexts) =
+        (String::from("example_id,judge,probs\n"), String::from("example_id,label\n"), String::from("example_id,text\n"));
+    for i in 0..400 {
+        let c = rng.random_range(0..3usize);
+        let _ = writeln!(labels, "e{i},{c}");
+        let _ = writeln!(contexts, "e{i},\"Example {i}: {} (item {})\"", topics[c], rng.random_range(0..1000));
+        for (name, acc) in [("good", 0.85), ("noisy", 0.55), ("weak", 0.45)] {
+            let vote = if rng.random_bool(acc) { c } else { (c + rng.random_range(1..3)) % 3 };
+            let probs: Vec<String> = (0..3).map(|k| if k == vote { "0.8".into() } else { "0.1".into() }).collect();
+            let _ = writeln!(judgments, "e{i},{name},\"[{}]\"", probs.join(","));
+        }
+    }
+    for (name, text) in [("j.csv", &judgments), ("l.csv", &labels), ("c.csv", &contexts)] {
+        fs::write(dir.path().join(name), text).unwrap();
+    }
+    let out_dir = dir.path().join("out");
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let out = std::process::Command::new(common::jury_bin())
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+        .args(["--methods", "mv,ds,crowdlayer,skillagg,skillagg-x", "--dev-size", "60", "--seeds", "2", "--epochs", "15"])
+        .args(["--lr", "0.01", "--encoder-dir", encoder.to_str().unwrap(), "--out", out_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    let acc = |name: &str| m["methods"][name]["accuracy"].as_f64().unwrap();
+    for name in ["crowdlayer", "skillagg", "skillagg-x"] {
+        assert!(m["methods"][name]["std"].is_number(), "{name}: {}", m["methods"][name]);
+        assert!((0.0..=1.0).contains(&acc(name)));
+    }
+    assert_eq!(m["methods"]["skillagg"]["slopes"].as_object().unwrap().len(), 3);
+    assert!(acc("skillagg") > acc("mv"), "skillagg {} vs mv {}", acc("skillagg"), acc("mv"));
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    let header = predictions.lines().next().unwrap();
+    assert!(header.ends_with("skillagg-x_p0,skillagg-x_p1,skillagg-x_p2,skillagg-x_label"), "{header}");
+}

@@ -314,11 +314,25 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
         let mut lines: Vec<String> = predictions.lines().map(str::to_owned).collect();
         for r in &neural_runs {
             metrics["methods"][r.method.name()] = r.json.clone();
+            let c = judgments.n_classes();
             if let Some(h) = lines.first_mut() {
-                h.push_str(&format!(",{0}_p,{0}_label", r.method.name()));
+                if c == 2 {
+                    h.push_str(&format!(",{0}_p,{0}_label", r.method.name()));
+                } else {
+                    (0..c).for_each(|k| h.push_str(&format!(",{}_p{k}", r.method.name())));
+                    h.push_str(&format!(",{}_label", r.method.name()));
+                }
             }
-            for (line, p) in lines.iter_mut().skip(1).zip(&r.posteriors) {
-                line.push_str(&format!(",{p:.6},{}", usize::from(*p > 0.5)));
+            for (line, row) in lines.iter_mut().skip(1).zip(&r.posteriors) {
+                let shown = if c == 2 { &row[1..] } else { &row[..] };
+                shown.iter().for_each(|p| line.push_str(&format!(",{p:.6}")));
+                // Binary: P(positive) > 0.5; C classes: argmax, lowest class on ties.
+                let label = if c == 2 {
+                    usize::from(row[1] > 0.5)
+                } else {
+                    (0..row.len()).fold(0, |b, x| if row[x] > row[b] { x } else { b })
+                };
+                line.push_str(&format!(",{label}"));
             }
             let (mean, std) =
                 (r.json["accuracy"].as_f64().unwrap_or(f64::NAN), r.json["std"].as_f64().unwrap_or(f64::NAN));

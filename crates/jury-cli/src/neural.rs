@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use jury_core::{Judgments, Labels};
+use jury_neural::multiclass;
 use jury_neural::skill::{self, JuryData, Method, TrainConfig};
 use jury_neural::{Encoder, candle_core::Tensor};
 use rand::SeedableRng;
@@ -81,8 +82,8 @@ pub struct NeuralRun {
     pub method: NeuralMethod,
     pub accuracies: Vec<f64>,
     pub json: Value,
-    /// Seed 0's posteriors P(positive) for every example (predictions.csv).
-    pub posteriors: Vec<f64>,
+    /// Seed 0's posterior rows (C classes) for every example (predictions.csv).
+    pub posteriors: Vec<Vec<f64>>,
 }
 
 fn mean_std(v: &[f64]) -> (f64, f64) {
@@ -158,10 +159,13 @@ fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
     Ok(x)
 }
 
-/// Runs `methods` on binary judgments with labels (for the dev set and scoring).
+/// Runs `methods` on judgments with labels (for the dev set and scoring): binary
+/// judgments with `jury_neural::skill`, C > 2 classes with `jury_neural::multiclass`
+/// (frozen encoder only).
 pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &NeuralOptions) -> Result<Vec<NeuralRun>> {
-    if j.n_classes() != 2 {
-        bail!("the context-dependent methods take binary judgments ({} classes given)", j.n_classes());
+    let c = j.n_classes();
+    if c > 2 && opts.finetune {
+        bail!("--encoder finetune takes binary judgments; {c} classes run with the frozen encoder");
     }
     let start = Instant::now();
     // Fine-tuning reads the texts itself; the frozen mode embeds them once.
@@ -173,17 +177,25 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     };
     let embed_seconds = start.elapsed().as_secs_f64();
     let (n, k) = (j.n_examples(), j.n_judges());
-    let mut y = vec![0f32; n * k];
+    // Binary: y[n*k + j] = P(positive); C classes: y[(n*k + j)*C + class].
+    let width = if c == 2 { 1 } else { c };
+    let mut y = vec![0f32; n * k * width];
     let mut present = vec![false; n * k];
     for i in 0..n {
         for jj in 0..k {
             if let Some(p) = j.get(i, jj) {
-                y[i * k + jj] = p[1] as f32;
+                let at = (i * k + jj) * width;
+                if c == 2 {
+                    y[at] = p[1] as f32;
+                } else {
+                    y[at..at + c].iter_mut().zip(p).for_each(|(d, s)| *d = *s as f32);
+                }
                 present[i * k + jj] = true;
             }
         }
     }
     let data = JuryData { n, k, y: &y, present: &present };
+    let multi = multiclass::MultiData { n, k, c, y: &y, present: &present };
     let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
     if labeled.len() <= opts.dev_size {
         bail!("{} labeled examples: not enough for a dev set of {}", labeled.len(), opts.dev_size);
@@ -202,7 +214,12 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         .collect();
     // Judge outputs as tensors and the fine-tuning checkpoint key: the same for every
     // method, seed and lambda.
-    let (_, yt, mt) = skill::tensors(&x, &data, Method::SkillAgg)?;
+    let (yt, mt) = if c == 2 {
+        let (_, yt, mt) = skill::tensors(&x, &data, Method::SkillAgg)?;
+        (yt, mt)
+    } else {
+        multiclass::tensors(&multi, Method::SkillAgg, x.device())?
+    };
     let ft_key = if opts.finetune { Some(finetune_key(j, opts)?) } else { None };
     let mut out = Vec::new();
     for &method in methods {
@@ -267,19 +284,27 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     bar.finish_and_clear();
                     continue;
                 }
-                skill::train(&x, &data, &cfg, |epoch, loss, model| {
-                    let post = model.posterior(&x, &yt, &mt)?;
+                let mut keep = |epoch: usize, loss: f64, post: Vec<f32>, slopes: &dyn Fn() -> Result<Vec<f32>, jury_neural::NeuralError>| {
                     let dev_acc = share_correct(&post, &dev, labels);
                     eprintln!(
                         "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
                         method.name()
                     );
                     if best.as_ref().is_none_or(|b| dev_acc > b.0) {
-                        let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { model.slopes(&x)? };
+                        let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { slopes()? };
                         best = Some((dev_acc, lambda, epoch, post, slopes));
                     }
                     Ok(())
-                })?;
+                };
+                if c == 2 {
+                    skill::train(&x, &data, &cfg, |epoch, loss, model| {
+                        keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x))
+                    })?;
+                } else {
+                    multiclass::train(&x, &multi, &cfg, |epoch, loss, model| {
+                        keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x))
+                    })?;
+                }
             }
             let Some((dev_acc, lambda, epoch, post, slopes)) = best else { bail!("no epochs were trained") };
             let test: Vec<usize> = labeled.iter().copied().filter(|&i| !is_dev[i]).collect();
@@ -291,7 +316,11 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                 slopes_all.push(slopes);
             }
             if seed == 0 {
-                first_post = post.iter().map(|&p| p as f64).collect();
+                first_post = if c == 2 {
+                    post.iter().map(|&p| vec![1.0 - p as f64, p as f64]).collect()
+                } else {
+                    post.chunks(c).map(|row| row.iter().map(|&p| p as f64).collect()).collect()
+                };
             }
         }
         let (mean, std) = mean_std(&accs);
@@ -315,9 +344,20 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     Ok(out)
 }
 
-/// Share of the examples `idx` whose posterior P(positive) > 0.5 matches their label.
+/// Share of the examples `idx` whose predicted class matches their label. `post` is
+/// P(positive) per example (binary) or C posteriors per example; binary predictions are
+/// P(positive) > 0.5, C-class ones the argmax (lowest class on exact ties).
 fn share_correct(post: &[f32], idx: &[usize], labels: &Labels) -> f64 {
-    let right = idx.iter().filter(|&&i| Some(usize::from(post[i] > 0.5)) == labels.get(i)).count();
+    let width = post.len() / labels.len().max(1);
+    let predict = |i: usize| {
+        if width <= 1 {
+            usize::from(post[i] > 0.5)
+        } else {
+            let row = &post[i * width..(i + 1) * width];
+            (0..width).fold(0, |b, x| if row[x] > row[b] { x } else { b })
+        }
+    };
+    let right = idx.iter().filter(|&&i| Some(predict(i)) == labels.get(i)).count();
     right as f64 / idx.len().max(1) as f64
 }
 

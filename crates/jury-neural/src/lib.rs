@@ -7,6 +7,7 @@
 
 pub mod bert;
 pub mod finetune;
+pub mod multiclass;
 pub mod skill;
 
 pub use candle_core;

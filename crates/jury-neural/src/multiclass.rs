@@ -1,0 +1,307 @@
+//! SkillAggregation, -X, Crowdlayer and Train-on-MV for C > 2 classes (the paper's
+//! Appendix F), trained on context vectors (frozen-encoder mode).
+//!
+//! Model: context vector x -> head -> C-way bottleneck softmax s; each judge j has a
+//! confusion matrix P_j[c][c'] = P(judge says c' | class c) with softmax rows, either
+//! task-level (C x C logits per judge) or context-level for -X (a linear map from x to
+//! the K x C x C logits); the judge's predicted distribution is q_j = sum_c s_c P_j[c];
+//! loss = mean over available judges of the cross-entropy of q_j against the judge's
+//! probability vector + lambda * mean over judges of ((trace P_j - 1) / (C - 1))^2.
+//! Posterior (Eq. 8 generalised): P(c | x, judges) ∝ s_c prod_j prod_c' P_j[c][c']^y_jc'.
+//!
+//! The regulariser is this project's reading of Appendix F, whose text is cut off in the
+//! copy available here: (trace - 1) / (C - 1) is the binary slope p0 + p1 - 1 for C = 2,
+//! 0 for a judge whose rows are all the same (chance) and 1 for a perfect judge.
+//! Invariants as in `skill`: missing judges contribute nothing; all randomness comes from
+//! the seed; the confusion diagonals start at `skill_init` > 1 / C.
+
+use candle_core::{D, DType, Device, Tensor, Var};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::NeuralError;
+use crate::skill::{Method, TrainConfig};
+
+/// Judge outputs for C classes: `y[(n*k + j)*c + class]` = judge j's probability of
+/// `class` on example n; `present[n*k + j]` marks the available judgments.
+pub struct MultiData<'a> {
+    pub n: usize,
+    pub k: usize,
+    pub c: usize,
+    pub y: &'a [f32],
+    pub present: &'a [bool],
+}
+
+/// A trained multi-class model's parameters.
+pub struct MultiModel {
+    head_w: Var,
+    head_b: Var,
+    hidden: Option<(Var, Var)>,
+    conf_w: Option<Var>,
+    conf_b: Var,
+    /// `eye[c][c']` = 1 on the diagonal: picks the traces out of the confusion matrices.
+    eye: Tensor,
+    k: usize,
+    c: usize,
+    method: Method,
+}
+
+fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {
+    let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| ((rng.random::<f64>() * 2.0 - 1.0) * scale) as f32).collect();
+    Ok(Var::from_tensor(&Tensor::from_vec(v, shape, dev)?)?)
+}
+
+impl MultiModel {
+    pub fn new(h: usize, k: usize, c: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
+        let hidden = if cfg.hidden > 0 {
+            let w = init(rng, (h, cfg.hidden), (1.0 / h as f64).sqrt(), dev)?;
+            Some((w, Var::from_tensor(&Tensor::zeros((1, cfg.hidden), DType::F32, dev)?)?))
+        } else {
+            None
+        };
+        let head_in = if cfg.hidden > 0 { cfg.hidden } else { h };
+        let head_w = init(rng, (head_in, c), (1.0 / head_in as f64).sqrt(), dev)?;
+        let head_b = Var::from_tensor(&Tensor::zeros((1, c), DType::F32, dev)?)?;
+        let conf_w = match cfg.method {
+            Method::SkillAggX => Some(init(rng, (h, k * c * c), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
+            _ => None,
+        };
+        // A diagonal logit d with off-diagonal 0 gives P(correct) = e^d / (e^d + C - 1).
+        let d = (cfg.skill_init * (c as f64 - 1.0) / (1.0 - cfg.skill_init)).ln() as f32;
+        let bias: Vec<f32> = (0..k * c * c).map(|i| if (i % (c * c)) % (c + 1) == 0 { d } else { 0.0 }).collect();
+        let conf_b = Var::from_tensor(&Tensor::from_vec(bias, (1, k * c * c), dev)?)?;
+        let eye: Vec<f32> = (0..c * c).map(|i| if i % (c + 1) == 0 { 1.0 } else { 0.0 }).collect();
+        let eye = Tensor::from_vec(eye, (1, 1, c, c), dev)?;
+        Ok(Self { head_w, head_b, hidden, conf_w, conf_b, eye, k, c, method: cfg.method })
+    }
+
+    /// The trainable tensors in a fixed order (head weight, head bias, confusion bias,
+    /// then the confusion weight and the hidden layer when present).
+    pub fn vars(&self) -> Vec<Var> {
+        let mut v = vec![self.head_w.clone(), self.head_b.clone(), self.conf_b.clone()];
+        v.extend(self.conf_w.clone());
+        if let Some((w, b)) = &self.hidden {
+            v.extend([w.clone(), b.clone()]);
+        }
+        v
+    }
+
+    /// Bottleneck s: [batch, C].
+    pub fn bottleneck(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
+        let z = match &self.hidden {
+            Some((w, b)) => x.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?.relu()?,
+            None => x.clone(),
+        };
+        let logits = z.matmul(self.head_w.as_tensor())?.broadcast_add(self.head_b.as_tensor())?;
+        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
+    }
+
+    /// Confusion matrices [batch, K, C, C], rows summing to 1.
+    pub fn confusion(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
+        let b = x.dim(0)?;
+        let logits = match &self.conf_w {
+            Some(w) => x.matmul(w.as_tensor())?.broadcast_add(self.conf_b.as_tensor())?,
+            None => self.conf_b.as_tensor().broadcast_as((b, self.k * self.c * self.c))?.contiguous()?,
+        };
+        Ok(candle_nn::ops::softmax(&logits.reshape((b, self.k, self.c, self.c))?, D::Minus1)?)
+    }
+
+    /// Each judge's normalised slope (trace - 1) / (C - 1): [batch, K].
+    fn slope(&self, conf: &Tensor) -> Result<Tensor, NeuralError> {
+        let trace = conf.broadcast_mul(&self.eye)?.sum(D::Minus1)?.sum(D::Minus1)?;
+        Ok(((trace - 1.0)? / (self.c as f64 - 1.0))?)
+    }
+
+    /// Training loss on one batch: `y` [batch, K, C] judge distributions (Train-on-MV:
+    /// [batch, C] one-hot majority vote), `mask` [batch, K].
+    pub fn loss(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Tensor, NeuralError> {
+        let eps = 1e-6;
+        let s = self.bottleneck(x)?;
+        if self.method == Method::TrainOnMv {
+            return Ok(y.mul(&(s + eps)?.log()?)?.sum(D::Minus1)?.neg()?.mean_all()?);
+        }
+        let b = x.dim(0)?;
+        let conf = self.confusion(x)?;
+        // q[b, k, c'] = sum_c s[b, c] P[b, k, c, c'].
+        let q = s.reshape((b, 1, self.c, 1))?.broadcast_mul(&conf)?.sum(2)?;
+        let ce = y.mul(&(q + eps)?.log()?)?.sum(D::Minus1)?.neg()?;
+        let ce = (ce.mul(mask)?.sum_all()? / mask.sum_all()?.to_scalar::<f32>()?.max(1.0) as f64)?;
+        if lambda == 0.0 {
+            return Ok(ce);
+        }
+        Ok((ce + (self.slope(&conf)?.sqr()?.mean_all()? * lambda)?)?)
+    }
+
+    /// Posterior rows [n][C], flattened. SkillAgg / -X: log s_c + sum over available
+    /// judges of sum_c' y_jc' log P_j[c][c'], normalised; Crowdlayer and Train-on-MV: s.
+    pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        let s = self.bottleneck(x)?;
+        if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
+            return Ok(s.flatten_all()?.to_vec1()?);
+        }
+        let (b, eps) = (x.dim(0)?, 1e-6);
+        let log_conf = (self.confusion(x)? + eps)?.log()?;
+        // [b, K, 1, C'] * [b, K, C, C'] summed over C' -> [b, K, C], masked, summed over K.
+        let per_judge = y.reshape((b, self.k, 1, self.c))?.broadcast_mul(&log_conf)?.sum(D::Minus1)?;
+        let evidence = per_judge.broadcast_mul(&mask.reshape((b, self.k, 1))?)?.sum(1)?;
+        let logits = ((s + eps)?.log()? + evidence)?;
+        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?.flatten_all()?.to_vec1()?)
+    }
+
+    /// Each judge's mean normalised slope over `x`.
+    pub fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        Ok(self.slope(&self.confusion(x)?)?.mean(0)?.to_vec1()?)
+    }
+
+    /// Gradient norm of every trainable tensor for one loss evaluation (for tests).
+    pub fn grad_norms(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Vec<f32>, NeuralError> {
+        let grads = self.loss(x, y, mask, lambda)?.backward()?;
+        self.vars()
+            .iter()
+            .map(|v| Ok(grads.get(v.as_tensor()).map_or(Ok(0.0), |g| g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>())?))
+            .collect()
+    }
+}
+
+/// Training tensors: judge distributions [n, K, C] (Train-on-MV: the one-hot majority
+/// vote of the available judges' argmax votes [n, C], ties to the lowest class) and the
+/// mask [n, K].
+pub fn tensors(jury: &MultiData, method: Method, dev: &Device) -> Result<(Tensor, Tensor), NeuralError> {
+    let (n, k, c) = (jury.n, jury.k, jury.c);
+    let mask: Vec<f32> = jury.present.iter().map(|&p| if p { 1.0 } else { 0.0 }).collect();
+    let mask_t = Tensor::from_vec(mask, (n, k), dev)?;
+    if method != Method::TrainOnMv {
+        let y: Vec<f32> = (0..n * k * c).map(|i| if jury.present[i / c] { jury.y[i] } else { 0.0 }).collect();
+        return Ok((Tensor::from_vec(y, (n, k, c), dev)?, mask_t));
+    }
+    let mut mv = vec![0f32; n * c];
+    for i in 0..n {
+        let mut votes = vec![0usize; c];
+        for j in (0..k).filter(|&j| jury.present[i * k + j]) {
+            let row = &jury.y[(i * k + j) * c..(i * k + j + 1) * c];
+            let arg = (0..c).fold(0, |best, x| if row[x] > row[best] { x } else { best });
+            votes[arg] += 1;
+        }
+        let top = (0..c).fold(0, |best, x| if votes[x] > votes[best] { x } else { best });
+        mv[i * c + top] = 1.0;
+    }
+    Ok((Tensor::from_vec(mv, (n, c), dev)?, mask_t))
+}
+
+/// Trains one model; `on_epoch(epoch, mean_loss, &model)` runs after every epoch.
+/// Deterministic for a given seed.
+pub fn train(
+    x: &Tensor,
+    jury: &MultiData,
+    cfg: &TrainConfig,
+    mut on_epoch: impl FnMut(usize, f64, &MultiModel) -> Result<(), NeuralError>,
+) -> Result<MultiModel, NeuralError> {
+    let dev = x.device().clone();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let model = MultiModel::new(x.dim(1)?, jury.k, jury.c, cfg, &mut rng, &dev)?;
+    let (y, mask) = tensors(jury, cfg.method, &dev)?;
+    let mut opt = AdamW::new(model.vars(), ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
+    let mut order: Vec<u32> = (0..jury.n as u32).collect();
+    for epoch in 0..cfg.epochs {
+        order.shuffle(&mut rng);
+        let (mut total, mut batches) = (0.0, 0usize);
+        for chunk in order.chunks(cfg.batch.max(1)) {
+            let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
+            let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
+            let loss = model.loss(&xb, &yb, &mb, cfg.lambda)?;
+            opt.backward_step(&loss)?;
+            total += loss.to_scalar::<f32>()? as f64;
+            batches += 1;
+        }
+        on_epoch(epoch, total / batches.max(1) as f64, &model)?;
+    }
+    Ok(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 3-class jury whose context predicts the class (x holds a noisy one-hot of c):
+    /// judge j is right with probability acc_j and otherwise picks a wrong class
+    /// uniformly; it reports a one-hot vote. 10% of judgments are missing.
+    fn jury(n: usize, acc: &[f64], seed: u64) -> (Tensor, Vec<f32>, Vec<bool>, Vec<usize>) {
+        let (mut rng, c, h) = (ChaCha8Rng::seed_from_u64(seed), 3usize, 6usize);
+        let (mut x, mut y, mut present, mut labels) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..n {
+            let class = rng.random_range(0..c);
+            labels.push(class);
+            x.extend((0..h).map(|i| (if i == class { 1.0 } else { 0.0 }) + (rng.random::<f64>() - 0.5) as f32 * 0.8));
+            for &a in acc {
+                let vote = if rng.random_bool(a) { class } else { (class + rng.random_range(1..c)) % c };
+                y.extend((0..c).map(|k| if k == vote { 1.0f32 } else { 0.0 }));
+                present.push(rng.random::<f64>() >= 0.1);
+            }
+        }
+        (Tensor::from_vec(x, (n, h), &Device::Cpu).unwrap(), y, present, labels)
+    }
+
+    fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
+        TrainConfig { method, lambda, epochs: 40, batch: 256, lr: 0.05, seed, skill_init: 0.7, hidden: 0 }
+    }
+
+    fn accuracy(post: &[f32], labels: &[usize]) -> f64 {
+        let right = post
+            .chunks(3)
+            .zip(labels)
+            .filter(|(row, l)| (0..3).fold(0, |b, x| if row[x] > row[b] { x } else { b }) == **l)
+            .count();
+        right as f64 / labels.len() as f64
+    }
+
+    #[test]
+    fn task_level_confusions_recover_known_judges() {
+        let acc = [0.9, 0.7, 0.5, 0.4];
+        let (x, y, present, labels) = jury(6000, &acc, 1);
+        let data = MultiData { n: 6000, k: 4, c: 3, y: &y, present: &present };
+        let model = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let conf: Vec<f32> = model.confusion(&x.narrow(0, 0, 1).unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for (j, &a) in acc.iter().enumerate() {
+            for class in 0..3 {
+                let row = &conf[j * 9 + class * 3..j * 9 + class * 3 + 3];
+                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-4);
+                assert!((row[class] as f64 - a).abs() < 0.05, "judge {j} class {class}: {row:?} vs {a}");
+            }
+        }
+        let (yt, mt) = tensors(&data, Method::SkillAgg, &Device::Cpu).unwrap();
+        let post = model.posterior(&x, &yt, &mt).unwrap();
+        assert!(post.chunks(3).all(|r| r.iter().all(|p| (0.0..=1.0).contains(p)) && (r.iter().sum::<f32>() - 1.0).abs() < 1e-4));
+        assert!(accuracy(&post, &labels) > 0.95, "accuracy {}", accuracy(&post, &labels));
+    }
+
+    #[test]
+    fn regulariser_lowers_the_strongest_judges_slope() {
+        let acc = [0.95, 0.6, 0.55];
+        let (x, y, present, _) = jury(3000, &acc, 2);
+        let data = MultiData { n: 3000, k: 3, c: 3, y: &y, present: &present };
+        let free = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let reg = train(&x, &data, &cfg(Method::SkillAgg, 1.0, 0), |_, _, _| Ok(())).unwrap();
+        let (a, b) = (free.slopes(&x).unwrap()[0], reg.slopes(&x).unwrap()[0]);
+        assert!(b < a - 0.05, "slope without {a}, with the regulariser {b}");
+    }
+
+    #[test]
+    fn gradients_reach_every_parameter_and_seeds_repeat() {
+        let (x, y, present, _) = jury(512, &[0.8, 0.6], 3);
+        let data = MultiData { n: 512, k: 2, c: 3, y: &y, present: &present };
+        for method in [Method::SkillAgg, Method::SkillAggX, Method::Crowdlayer, Method::TrainOnMv] {
+            let c = TrainConfig { epochs: 2, hidden: 8, ..cfg(method, 0.5, 7) };
+            let m = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
+            let (yt, mt) = tensors(&data, method, &Device::Cpu).unwrap();
+            let norms = m.grad_norms(&x, &yt, &mt, 0.5).unwrap();
+            // Train-on-MV has no confusion parameters: head weight and bias, hidden layer.
+            let reached: Vec<bool> = norms.iter().map(|&g| g > 0.0).collect();
+            let want = if method == Method::TrainOnMv { vec![true, true, false, true, true] } else { vec![true; norms.len()] };
+            assert_eq!(reached, want, "{method:?}: {norms:?}");
+            let again = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
+            assert_eq!(m.posterior(&x, &yt, &mt).unwrap(), again.posterior(&x, &yt, &mt).unwrap());
+        }
+    }
+}
