@@ -33,16 +33,17 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<ComparisonRow>, IoError> {
     let votes = t.strings("vote")?;
     let mut seen: HashMap<(String, String, String, String), usize> = HashMap::new();
     let mut out = Vec::with_capacity(votes.len());
-    for i in 0..votes.len() {
+    for (i, vote) in votes.iter().enumerate() {
         // The four text columns were checked to have no empty cell.
         let text = |c: &polars::prelude::StringChunked| c.get(i).unwrap_or_default().trim().to_owned();
+        let vote = vote.as_deref();
         let row = ComparisonRow {
             comparison_id: text(&ids),
             generator_0: text(&g0),
             generator_1: text(&g1),
             evaluator: text(&evaluators),
-            vote: parse_vote(votes[i].as_deref())
-                .ok_or_else(|| t.field_err(i, "vote", format!("`{}` is not 0, 1, tie or empty", votes[i].as_deref().unwrap_or_default())))?,
+            vote: parse_vote(vote)
+                .ok_or_else(|| t.field_err(i, "vote", format!("`{}` is not 0, 1, tie or empty", vote.unwrap_or_default())))?,
         };
         if row.generator_0 == row.generator_1 {
             return Err(t.field_err(i, "generator_1", "the same generator as generator_0"));

@@ -70,9 +70,9 @@ impl MultiModel {
         };
         // A diagonal logit d with off-diagonal 0 gives P(correct) = e^d / (e^d + C - 1).
         let d = (cfg.skill_init * (c as f64 - 1.0) / (1.0 - cfg.skill_init)).ln() as f32;
-        let bias: Vec<f32> = (0..k * c * c).map(|i| if (i % (c * c)) % (c + 1) == 0 { d } else { 0.0 }).collect();
+        let bias: Vec<f32> = (0..k * c * c).map(|i| if (i % (c * c)).is_multiple_of(c + 1) { d } else { 0.0 }).collect();
         let conf_b = Var::from_tensor(&Tensor::from_vec(bias, (1, k * c * c), dev)?)?;
-        let eye: Vec<f32> = (0..c * c).map(|i| if i % (c + 1) == 0 { 1.0 } else { 0.0 }).collect();
+        let eye: Vec<f32> = (0..c * c).map(|i| if i.is_multiple_of(c + 1) { 1.0 } else { 0.0 }).collect();
         let eye = Tensor::from_vec(eye, (1, 1, c, c), dev)?;
         Ok(Self { head_w, head_b, hidden, conf_w, conf_b, eye, k, c, method: cfg.method })
     }

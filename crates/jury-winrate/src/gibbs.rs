@@ -66,10 +66,11 @@ pub fn bayesian_dawid_skene(
     check_len("accuracy priors", priors.len(), k, "evaluator")?;
     let mut rng = cfg.rng();
 
-    if known.iter().all(Option::is_none) && !priors.iter().any(|p| p.informative(cfg, &mut rng)) {
-        if let Some(why) = no_agreement(votes) {
-            return Ok(Outcome::Unidentifiable(why));
-        }
+    if known.iter().all(Option::is_none)
+        && !priors.iter().any(|p| p.informative(cfg, &mut rng))
+        && let Some(why) = no_agreement(votes)
+    {
+        return Ok(Outcome::Unidentifiable(why));
     }
 
     // Start from the majority vote (ties at random), then alternate exact conditionals.
@@ -230,7 +231,7 @@ mod tests {
     #[test]
     fn chance_level_evaluators_without_labels_are_unidentifiable() {
         let (votes, _) = simulate(0.3, &[(0.6, 0.4), (0.5, 0.5), (0.7, 0.3)], 1000, 2);
-        let out = run(&votes, &vec![None; 1000], &vec![AccuracyPrior::weak(); 3], 2);
+        let out = run(&votes, &vec![None; 1000], &[AccuracyPrior::weak(); 3], 2);
         assert!(matches!(&out, Outcome::Unidentifiable(why) if why.contains("agree more than chance")), "{out:?}");
         let (one, _) = simulate(0.3, &[(0.9, 0.6)], 1000, 2);
         let out = run(&one, &vec![None; 1000], &[AccuracyPrior::weak()], 2);
