@@ -7,6 +7,7 @@
 
 pub mod bert;
 pub mod finetune;
+mod head;
 pub mod multiclass;
 pub mod skill;
 

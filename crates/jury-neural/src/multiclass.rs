@@ -15,13 +15,11 @@
 //! Invariants as in `skill`: missing judges contribute nothing; all randomness comes from
 //! the seed; the confusion diagonals start at `skill_init` > 1 / C.
 
-use candle_core::{D, DType, Device, Tensor, Var};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use candle_core::{D, Device, Tensor, Var};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
+use crate::head::{self, Head, init};
 use crate::skill::{Method, TrainConfig};
 
 /// Judge outputs for C classes: `y[(n*k + j)*c + class]` = judge j's probability of
@@ -36,9 +34,7 @@ pub struct MultiData<'a> {
 
 /// A trained multi-class model's parameters.
 pub struct MultiModel {
-    head_w: Var,
-    head_b: Var,
-    hidden: Option<(Var, Var)>,
+    head: Head,
     conf_w: Option<Var>,
     conf_b: Var,
     /// `eye[c][c']` = 1 on the diagonal: picks the traces out of the confusion matrices.
@@ -48,22 +44,9 @@ pub struct MultiModel {
     method: Method,
 }
 
-fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {
-    let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| ((rng.random::<f64>() * 2.0 - 1.0) * scale) as f32).collect();
-    Ok(Var::from_tensor(&Tensor::from_vec(v, shape, dev)?)?)
-}
-
 impl MultiModel {
     pub fn new(h: usize, k: usize, c: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
-        let hidden = if cfg.hidden > 0 {
-            let w = init(rng, (h, cfg.hidden), (1.0 / h as f64).sqrt(), dev)?;
-            Some((w, Var::from_tensor(&Tensor::zeros((1, cfg.hidden), DType::F32, dev)?)?))
-        } else {
-            None
-        };
-        let head_in = if cfg.hidden > 0 { cfg.hidden } else { h };
-        let head_w = init(rng, (head_in, c), (1.0 / head_in as f64).sqrt(), dev)?;
-        let head_b = Var::from_tensor(&Tensor::zeros((1, c), DType::F32, dev)?)?;
+        let head = Head::new(h, c, cfg.hidden, rng, dev)?;
         let conf_w = match cfg.method {
             Method::SkillAggX => Some(init(rng, (h, k * c * c), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
             _ => None,
@@ -74,28 +57,23 @@ impl MultiModel {
         let conf_b = Var::from_tensor(&Tensor::from_vec(bias, (1, k * c * c), dev)?)?;
         let eye: Vec<f32> = (0..c * c).map(|i| if i.is_multiple_of(c + 1) { 1.0 } else { 0.0 }).collect();
         let eye = Tensor::from_vec(eye, (1, 1, c, c), dev)?;
-        Ok(Self { head_w, head_b, hidden, conf_w, conf_b, eye, k, c, method: cfg.method })
+        Ok(Self { head, conf_w, conf_b, eye, k, c, method: cfg.method })
     }
 
     /// The trainable tensors in a fixed order (head weight, head bias, confusion bias,
     /// then the confusion weight and the hidden layer when present).
     pub fn vars(&self) -> Vec<Var> {
-        let mut v = vec![self.head_w.clone(), self.head_b.clone(), self.conf_b.clone()];
+        let head = self.head.vars();
+        let mut v = head[..2].to_vec();
+        v.push(self.conf_b.clone());
         v.extend(self.conf_w.clone());
-        if let Some((w, b)) = &self.hidden {
-            v.extend([w.clone(), b.clone()]);
-        }
+        v.extend(head[2..].iter().cloned());
         v
     }
 
     /// Bottleneck s: [batch, C].
     pub fn bottleneck(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
-        let z = match &self.hidden {
-            Some((w, b)) => x.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?.relu()?,
-            None => x.clone(),
-        };
-        let logits = z.matmul(self.head_w.as_tensor())?.broadcast_add(self.head_b.as_tensor())?;
-        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
+        self.head.forward(x)
     }
 
     /// Confusion matrices [batch, K, C, C], rows summing to 1.
@@ -157,11 +135,7 @@ impl MultiModel {
 
     /// Gradient norm of every trainable tensor for one loss evaluation (for tests).
     pub fn grad_norms(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Vec<f32>, NeuralError> {
-        let grads = self.loss(x, y, mask, lambda)?.backward()?;
-        self.vars()
-            .iter()
-            .map(|v| Ok(grads.get(v.as_tensor()).map_or(Ok(0.0), |g| g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>())?))
-            .collect()
+        head::grad_norms(&self.loss(x, y, mask, lambda)?, &self.vars())
     }
 }
 
@@ -198,31 +172,18 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_epoch: impl FnMut(usize, f64, &MultiModel) -> Result<(), NeuralError>,
 ) -> Result<MultiModel, NeuralError> {
-    let dev = x.device().clone();
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let model = MultiModel::new(x.dim(1)?, jury.k, jury.c, cfg, &mut rng, &dev)?;
-    let (y, mask) = tensors(jury, cfg.method, &dev)?;
-    let mut opt = AdamW::new(model.vars(), ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
-    let mut order: Vec<u32> = (0..jury.n as u32).collect();
-    for epoch in 0..cfg.epochs {
-        order.shuffle(&mut rng);
-        let (mut total, mut batches) = (0.0, 0usize);
-        for chunk in order.chunks(cfg.batch.max(1)) {
-            let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
-            let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
-            let loss = model.loss(&xb, &yb, &mb, cfg.lambda)?;
-            opt.backward_step(&loss)?;
-            total += loss.to_scalar::<f32>()? as f64;
-            batches += 1;
-        }
-        on_epoch(epoch, total / batches.max(1) as f64, &model)?;
-    }
+    let mut rng = head::rng(cfg.seed);
+    let model = MultiModel::new(x.dim(1)?, jury.k, jury.c, cfg, &mut rng, x.device())?;
+    let (y, mask) = tensors(jury, cfg.method, x.device())?;
+    let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor| model.loss(xb, yb, mb, cfg.lambda);
+    head::fit(x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
 
     /// A 3-class jury whose context predicts the class (x holds a noisy one-hot of c):
     /// judge j is right with probability acc_j and otherwise picks a wrong class

@@ -11,13 +11,11 @@
 //! randomness (initialisation, batch order) comes from the seed; skills start at
 //! `skill_init` > 0.5 (at 0.5 the slope p0 + p1 - 1 is zero and no signal reaches s).
 
-use candle_core::{D, DType, Device, Tensor, Var};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use candle_core::{Device, Tensor, Var};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
+use crate::head::{self, Head, init};
 
 /// Which model, and how its posterior is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,19 +71,11 @@ pub struct JuryData<'a> {
 
 /// A trained model's parameters.
 pub struct SkillModel {
-    head_w: Var,
-    head_b: Var,
-    /// Optional hidden layer (weight, bias) before the bottleneck.
-    hidden: Option<(Var, Var)>,
+    head: Head,
     skill_w: Option<Var>,
     skill_b: Var,
     k: usize,
     method: Method,
-}
-
-fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {
-    let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| ((rng.random::<f64>() * 2.0 - 1.0) * scale) as f32).collect();
-    Ok(Var::from_tensor(&Tensor::from_vec(v, shape, dev)?)?)
 }
 
 fn logit(p: f64) -> f32 {
@@ -94,43 +84,29 @@ fn logit(p: f64) -> f32 {
 
 impl SkillModel {
     pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
-        let scale = (1.0 / h as f64).sqrt();
-        let hidden = if cfg.hidden > 0 {
-            let w = init(rng, (h, cfg.hidden), scale, dev)?;
-            Some((w, Var::from_tensor(&Tensor::zeros((1, cfg.hidden), DType::F32, dev)?)?))
-        } else {
-            None
-        };
-        let head_in = if cfg.hidden > 0 { cfg.hidden } else { h };
-        let head_w = init(rng, (head_in, 2), (1.0 / head_in as f64).sqrt(), dev)?;
-        let head_b = Var::from_tensor(&Tensor::zeros((1, 2), DType::F32, dev)?)?;
+        let head = Head::new(h, 2, cfg.hidden, rng, dev)?;
         let skill_w = match cfg.method {
-            Method::SkillAggX => Some(init(rng, (h, 2 * k), 0.01 * scale, dev)?),
+            Method::SkillAggX => Some(init(rng, (h, 2 * k), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
             _ => None,
         };
         let skill_b = Var::from_tensor(&Tensor::full(logit(cfg.skill_init), (1, 2 * k), dev)?)?;
-        Ok(Self { head_w, head_b, hidden, skill_w, skill_b, k, method: cfg.method })
+        Ok(Self { head, skill_w, skill_b, k, method: cfg.method })
     }
 
     /// The trainable tensors, in a fixed order (head weight, head bias, skill bias, then
     /// the skill weight and the hidden layer when present).
     pub fn vars(&self) -> Vec<Var> {
-        let mut v = vec![self.head_w.clone(), self.head_b.clone(), self.skill_b.clone()];
+        let head = self.head.vars();
+        let mut v = head[..2].to_vec();
+        v.push(self.skill_b.clone());
         v.extend(self.skill_w.clone());
-        if let Some((w, b)) = &self.hidden {
-            v.extend([w.clone(), b.clone()]);
-        }
+        v.extend(head[2..].iter().cloned());
         v
     }
 
     /// Bottleneck s: [batch, 2].
     pub fn bottleneck(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
-        let z = match &self.hidden {
-            Some((w, b)) => x.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?.relu()?,
-            None => x.clone(),
-        };
-        let logits = z.matmul(self.head_w.as_tensor())?.broadcast_add(self.head_b.as_tensor())?;
-        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
+        self.head.forward(x)
     }
 
     /// Skills (p0, p1), each [batch, K] (task-level skills broadcast over the batch).
@@ -194,13 +170,7 @@ impl SkillModel {
 
     /// Gradient norm of every trainable tensor for one loss evaluation (for tests).
     pub fn grad_norms(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Vec<f32>, NeuralError> {
-        let grads = self.loss(x, y, mask, lambda)?.backward()?;
-        self.vars()
-            .iter()
-            .map(|v| {
-                Ok(grads.get(v.as_tensor()).map_or(Ok(0.0), |g| g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>())?)
-            })
-            .collect()
+        head::grad_norms(&self.loss(x, y, mask, lambda)?, &self.vars())
     }
 }
 
@@ -239,31 +209,18 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_epoch: impl FnMut(usize, f64, &SkillModel) -> Result<(), NeuralError>,
 ) -> Result<SkillModel, NeuralError> {
-    let dev = x.device().clone();
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let model = SkillModel::new(x.dim(1)?, jury.k, cfg, &mut rng, &dev)?;
+    let mut rng = head::rng(cfg.seed);
+    let model = SkillModel::new(x.dim(1)?, jury.k, cfg, &mut rng, x.device())?;
     let (x, y, mask) = tensors(x, jury, cfg.method)?;
-    let mut opt = AdamW::new(model.vars(), ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
-    let mut order: Vec<u32> = (0..jury.n as u32).collect();
-    for epoch in 0..cfg.epochs {
-        order.shuffle(&mut rng);
-        let (mut total, mut batches) = (0.0, 0usize);
-        for chunk in order.chunks(cfg.batch.max(1)) {
-            let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
-            let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
-            let loss = model.loss(&xb, &yb, &mb, cfg.lambda)?;
-            opt.backward_step(&loss)?;
-            total += loss.to_scalar::<f32>()? as f64;
-            batches += 1;
-        }
-        on_epoch(epoch, total / batches.max(1) as f64, &model)?;
-    }
+    let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor| model.loss(xb, yb, mb, cfg.lambda);
+    head::fit(&x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
 
     /// A jury with known skills on a context that predicts the label: x = (2c - 1 + noise,
     /// noise...). Judges vote hard with P(b=0|c=0) = p0, P(b=1|c=1) = p1; 10% missing.

@@ -1,0 +1,109 @@
+//! What the binary and multi-class context models share: seeded parameter
+//! initialisation, the classification head (optional ReLU layer, then a softmax
+//! bottleneck), the mini-batch training loop and gradient norms for tests.
+//!
+//! Invariant: parameters are drawn in a fixed order (hidden layer, head weight, then the
+//! caller's own), so a seed gives the same model whichever module builds it.
+
+use candle_core::{D, DType, Device, Tensor, Var};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::NeuralError;
+use crate::skill::TrainConfig;
+
+/// A `shape` matrix of uniform draws in [-scale, scale].
+pub(crate) fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {
+    let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| ((rng.random::<f64>() * 2.0 - 1.0) * scale) as f32).collect();
+    Ok(Var::from_tensor(&Tensor::from_vec(v, shape, dev)?)?)
+}
+
+/// Context vector -> optional ReLU layer -> linear map -> softmax over `classes`.
+pub(crate) struct Head {
+    w: Var,
+    b: Var,
+    hidden: Option<(Var, Var)>,
+}
+
+impl Head {
+    pub(crate) fn new(h: usize, classes: usize, width: usize, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
+        let hidden = if width > 0 {
+            let w = init(rng, (h, width), (1.0 / h as f64).sqrt(), dev)?;
+            Some((w, Var::from_tensor(&Tensor::zeros((1, width), DType::F32, dev)?)?))
+        } else {
+            None
+        };
+        let head_in = if width > 0 { width } else { h };
+        let w = init(rng, (head_in, classes), (1.0 / head_in as f64).sqrt(), dev)?;
+        let b = Var::from_tensor(&Tensor::zeros((1, classes), DType::F32, dev)?)?;
+        Ok(Self { w, b, hidden })
+    }
+
+    /// Weight and bias, then the hidden layer's when present.
+    pub(crate) fn vars(&self) -> Vec<Var> {
+        let mut v = vec![self.w.clone(), self.b.clone()];
+        if let Some((w, b)) = &self.hidden {
+            v.extend([w.clone(), b.clone()]);
+        }
+        v
+    }
+
+    /// The bottleneck s: [batch, classes].
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
+        let z = match &self.hidden {
+            Some((w, b)) => x.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?.relu()?,
+            None => x.clone(),
+        };
+        let logits = z.matmul(self.w.as_tensor())?.broadcast_add(self.b.as_tensor())?;
+        Ok(candle_nn::ops::softmax(&logits, D::Minus1)?)
+    }
+}
+
+/// Mini-batch AdamW over `cfg.epochs` epochs, batches drawn from `rng` in a shuffled
+/// order; `loss(x, y, mask)` is evaluated per batch (rows of the three tensors) and
+/// `on_epoch(epoch, mean loss)` runs after each epoch.
+#[allow(clippy::too_many_arguments, reason = "the loop's inputs, each used once")]
+pub(crate) fn fit(
+    x: &Tensor,
+    y: &Tensor,
+    mask: &Tensor,
+    vars: Vec<Var>,
+    cfg: &TrainConfig,
+    rng: &mut ChaCha8Rng,
+    loss: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor, NeuralError>,
+    mut on_epoch: impl FnMut(usize, f64) -> Result<(), NeuralError>,
+) -> Result<(), NeuralError> {
+    let dev = x.device().clone();
+    let mut opt = AdamW::new(vars, ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
+    let mut order: Vec<u32> = (0..x.dim(0)? as u32).collect();
+    for epoch in 0..cfg.epochs {
+        order.shuffle(rng);
+        let (mut total, mut batches) = (0.0, 0usize);
+        for chunk in order.chunks(cfg.batch.max(1)) {
+            let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
+            let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
+            let l = loss(&xb, &yb, &mb)?;
+            opt.backward_step(&l)?;
+            total += l.to_scalar::<f32>()? as f64;
+            batches += 1;
+        }
+        on_epoch(epoch, total / batches.max(1) as f64)?;
+    }
+    Ok(())
+}
+
+/// The seeded generator a model and its batch order draw from.
+pub(crate) fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// Gradient norm of each of `vars` for one loss value (0 for a variable the loss does
+/// not reach).
+pub(crate) fn grad_norms(loss: &Tensor, vars: &[Var]) -> Result<Vec<f32>, NeuralError> {
+    let grads = loss.backward()?;
+    vars.iter()
+        .map(|v| Ok(grads.get(v.as_tensor()).map_or(Ok(0.0), |g| g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>())?))
+        .collect()
+}
