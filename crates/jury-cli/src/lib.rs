@@ -52,9 +52,33 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole context chain on one line: "outer: inner: cause".
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// The whole context chain on one line, "outer: inner: cause", leaving out a cause whose
+/// text the message before it already holds (library errors quote their source).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for part in e.chain().map(ToString::to_string) {
+        if !out.contains(&part) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&part);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_quoted_cause_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(io).context("a.csv: cannot read: No such file").context("reading judgments");
+        assert_eq!(super::one_line(&e), "reading judgments: a.csv: cannot read: No such file");
     }
 }
