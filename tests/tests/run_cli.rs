@@ -148,3 +148,45 @@ fn pairwise_task_judged_in_both_orders_is_averaged_in_the_original_orientation()
         assert!((p_of(&judged, id, None) - (ab + ba) / 2.0).abs() < 2e-6, "{row} vs {ab} {ba}");
     }
 }
+
+/// A `jury run` configuration that asks for context-dependent methods without a contexts
+/// file gets one written from its examples, and the methods run on the real encoder.
+#[test]
+fn run_config_with_skillagg_writes_contexts_and_aggregates() {
+    let root = repo_root();
+    let encoder = root.join("models/all-MiniLM-L6-v2");
+    assert!(encoder.join("model.safetensors").is_file(), "run scripts/fetch-encoder.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let config = dir.path().join("exp.yaml");
+    fs::write(
+        &config,
+        format!(
+            "name: ctx\n\
+             dataset: {{name: demo-facts, path: {data}, limit: 10, seed: 0}}\n\
+             prompt: {prompt}\n\
+             judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
+             runtime: {{max_concurrency: 1, max_prompt_tokens: 1024}}\n\
+             aggregate: {{methods: \"avg,skillagg\", dev_size: 3, seeds: 1, epochs: 2, encoder_dir: {encoder}}}\n\
+             output: {out}\n",
+            data = root.join("datasets/demo-facts.csv").display(),
+            prompt = root.join("prompts/demo-facts.yaml").display(),
+            model = smollm().display(),
+            encoder = encoder.display(),
+            out = out.display(),
+        ),
+    )
+    .unwrap();
+    let run = Command::new(jury_bin())
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .args(["run", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let contexts = fs::read_to_string(out.join("contexts.csv")).unwrap();
+    assert_eq!(contexts.lines().count(), 11, "a header and one line per example");
+    let m: Value = serde_json::from_str(&fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let acc = m["methods"]["skillagg"]["accuracy"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&acc), "{}", m["methods"]["skillagg"]);
+    assert!(fs::read_to_string(out.join("config.resolved.yaml")).unwrap().contains("contexts.csv"));
+}

@@ -167,6 +167,14 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// Whether `methods` names a context-dependent method (unparsable lists answer
+    /// false; `Settings::new` reports them).
+    pub fn wants_contexts(&self) -> bool {
+        Method::parse_list(&self.methods).is_ok_and(|(_, neural)| !neural.is_empty())
+    }
+}
+
 impl From<&Args> for Options {
     fn from(a: &Args) -> Self {
         Self {

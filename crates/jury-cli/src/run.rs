@@ -103,9 +103,15 @@ impl Default for Runtime {
     }
 }
 
+/// Where `jury run` writes the examples' contexts when the context-dependent methods are
+/// asked for without an `aggregate.contexts` file.
+fn auto_contexts(exp: &Experiment) -> PathBuf {
+    exp.output.join("contexts.csv")
+}
+
 fn read_experiment(path: &Path) -> Result<Experiment> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let exp: Experiment =
+    let mut exp: Experiment =
         serde_yaml::from_str(&text).with_context(|| format!("{}: invalid experiment", path.display()))?;
     if exp.judges.is_empty() {
         bail!("{}: `judges` is empty", path.display());
@@ -115,8 +121,25 @@ fn read_experiment(path: &Path) -> Result<Experiment> {
             bail!("{}: judge `{}`: give exactly one of `gguf` and `model_id`", path.display(), j.name);
         }
     }
+    if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
+        exp.aggregate.contexts = Some(auto_contexts(&exp));
+    }
     Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", path.display()))?;
     Ok(exp)
+}
+
+/// Each example's context for the context-dependent methods: its template fields,
+/// shortest first (so an encoder that keeps the first tokens keeps the question and the
+/// answer whole), joined by " || ".
+fn contexts_csv(examples: &[Example]) -> String {
+    let mut out = String::from("example_id,text\n");
+    for e in examples {
+        let mut fields: Vec<&String> = e.fields.values().collect();
+        fields.sort_by_key(|v| v.len());
+        let text: Vec<&str> = fields.iter().map(|v| v.as_str()).collect();
+        let _ = writeln!(out, "{},{}", csv_field(&e.id), csv_field(&text.join(" || ")));
+    }
+    out
 }
 
 /// Reads the experiment and prepares the process environment. Called before any thread
@@ -275,6 +298,9 @@ pub fn run(exp: Experiment) -> Result<()> {
     if exp.runtime.dump_prompts {
         write_atomic(&exp.output.join("prompts.jsonl"), prompts.as_bytes())?;
     }
+    if exp.aggregate.contexts.as_deref() == Some(auto_contexts(&exp).as_path()) {
+        write_atomic(&auto_contexts(&exp), contexts_csv(&examples).as_bytes())?;
+    }
     let resolved = serde_yaml::to_string(&exp).context("serialising the resolved config")?;
     write_atomic(&exp.output.join("config.resolved.yaml"), resolved.as_bytes())?;
     println!();
@@ -302,4 +328,19 @@ pub fn run(exp: Experiment) -> Result<()> {
     });
     write_atomic(&exp.output.join("manifest.json"), serde_json::to_string_pretty(&manifest)?.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_put_short_fields_first_and_quote_csv() {
+        let e = Example {
+            id: "q,1".into(),
+            fields: BTreeMap::from([("answer".into(), "Paris".into()), ("question".into(), "What is the capital?".into())]),
+            label: Some(1),
+        };
+        assert_eq!(contexts_csv(&[e]), "example_id,text\n\"q,1\",Paris || What is the capital?\n");
+    }
 }
