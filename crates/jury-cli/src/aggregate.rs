@@ -338,7 +338,7 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
                 let label = if c == 2 {
                     usize::from(row[1] > 0.5)
                 } else {
-                    (0..row.len()).fold(0, |b, x| if row[x] > row[b] { x } else { b })
+                    jury_core::argmax(row)
                 };
                 line.push_str(&format!(",{label}"));
             }

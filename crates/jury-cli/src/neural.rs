@@ -353,8 +353,7 @@ fn share_correct(post: &[f32], idx: &[usize], labels: &Labels) -> f64 {
         if width <= 1 {
             usize::from(post[i] > 0.5)
         } else {
-            let row = &post[i * width..(i + 1) * width];
-            (0..width).fold(0, |b, x| if row[x] > row[b] { x } else { b })
+            jury_core::argmax(&post[i * width..(i + 1) * width])
         }
     };
     let right = idx.iter().filter(|&&i| Some(predict(i)) == labels.get(i)).count();

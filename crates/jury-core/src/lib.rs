@@ -45,10 +45,10 @@ pub enum CoreError {
 
 /// Index of the largest entry; the lowest index wins exact ties. This is the paper's
 /// vote rule `b = 1[y > 0.5]` generalised to C classes (a binary 0.5 votes class 0).
-pub fn argmax(v: &[f64]) -> usize {
+pub fn argmax<T: PartialOrd>(v: &[T]) -> usize {
     let mut best = 0;
-    for (i, &x) in v.iter().enumerate().skip(1) {
-        if x > v[best] {
+    for (i, x) in v.iter().enumerate().skip(1) {
+        if *x > v[best] {
             best = i;
         }
     }

@@ -16,6 +16,7 @@
 //! the seed; the confusion diagonals start at `skill_init` > 1 / C.
 
 use candle_core::{D, Device, Tensor, Var};
+use jury_core::argmax;
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
@@ -155,10 +156,10 @@ pub fn tensors(jury: &MultiData, method: Method, dev: &Device) -> Result<(Tensor
         let mut votes = vec![0usize; c];
         for j in (0..k).filter(|&j| jury.present[i * k + j]) {
             let row = &jury.y[(i * k + j) * c..(i * k + j + 1) * c];
-            let arg = (0..c).fold(0, |best, x| if row[x] > row[best] { x } else { best });
+            let arg = argmax(row);
             votes[arg] += 1;
         }
-        let top = (0..c).fold(0, |best, x| if votes[x] > votes[best] { x } else { best });
+        let top = argmax(&votes);
         mv[i * c + top] = 1.0;
     }
     Ok((Tensor::from_vec(mv, (n, c), dev)?, mask_t))
@@ -212,7 +213,7 @@ mod tests {
         let right = post
             .chunks(3)
             .zip(labels)
-            .filter(|(row, l)| (0..3).fold(0, |b, x| if row[x] > row[b] { x } else { b }) == **l)
+            .filter(|(row, l)| argmax(row) == **l)
             .count();
         right as f64 / labels.len() as f64
     }

@@ -16,7 +16,6 @@ pub fn most_common_answer(responses: &Responses, eval: &mut dyn Evaluation) -> R
     let (n, d_max) = (responses.n_models(), responses.n_prompts());
     let mut total = vec![0.0; n];
     let mut count = vec![0usize; n];
-    let mut evaluations = 0;
     for d in 0..d_max {
         let mut best: Option<(usize, f64)> = None;
         for a in 0..n {
@@ -36,9 +35,9 @@ pub fn most_common_answer(responses: &Responses, eval: &mut dyn Evaluation) -> R
             }
         }
     }
-    evaluations += n * n;
     let scores: Vec<f64> = total.iter().zip(&count).map(|(t, &c)| if c == 0 { 0.0 } else { t / c as f64 }).collect();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| scores[b].partial_cmp(&scores[a]).unwrap_or(Ordering::Equal).then(a.cmp(&b)));
-    Ranking { order, scores: Some(scores), evaluations, converged: None }
+    // n (n - 1) similarities find each prompt's consensus, n score against it.
+    Ranking { order, scores: Some(scores), evaluations: n * n, converged: None }
 }

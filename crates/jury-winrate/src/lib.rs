@@ -216,19 +216,11 @@ impl Outcome {
 pub fn observed(votes: &PairVotes, cfg: &SamplingConfig) -> Result<Estimate, WinRateError> {
     cfg.check()?;
     let mut rng = cfg.rng();
-    let posteriors: Vec<Beta<f64>> = (0..votes.evaluators().len())
-        .map(|e| {
-            let (n0, n1) = votes.counts(e);
-            beta(1.0 + f64::from(n1), 1.0 + f64::from(n0))
-        })
-        .collect();
-    let mean = (0..votes.evaluators().len())
-        .map(|e| {
-            let (n0, n1) = votes.counts(e);
-            f64::from(n1) / f64::from(n0 + n1)
-        })
-        .sum::<f64>()
-        / posteriors.len() as f64;
+    let counts: Vec<(u32, u32)> = (0..votes.evaluators().len()).map(|e| votes.counts(e)).collect();
+    let posteriors: Vec<Beta<f64>> =
+        counts.iter().map(|&(n0, n1)| beta(1.0 + f64::from(n1), 1.0 + f64::from(n0))).collect();
+    // Every evaluator voted at least once (`PairVotes::new`), so no rate divides by 0.
+    let mean = counts.iter().map(|&(n0, n1)| f64::from(n1) / f64::from(n0 + n1)).sum::<f64>() / counts.len() as f64;
     let mut draws: Vec<f64> = (0..cfg.draws)
         .map(|_| posteriors.iter().map(|b| b.sample(&mut rng)).sum::<f64>() / posteriors.len() as f64)
         .collect();
