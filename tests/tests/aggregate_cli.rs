@@ -254,3 +254,66 @@ fn context_dependent_methods_take_three_classes() {
     let header = predictions.lines().next().unwrap();
     assert!(header.ends_with("skillagg-x_p0,skillagg-x_p1,skillagg-x_p2,skillagg-x_label"), "{header}");
 }
+
+/// A frozen-embedding run killed mid-way keeps the rows it finished (`KEY.partial`, a
+/// record cut short by the kill included) and embeds only the rest when started again.
+#[test]
+fn frozen_embeddings_resume_from_a_partial_file() {
+    use std::fmt::Write as _;
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(encoder.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-encoder.sh", encoder.display());
+    let dir = tempfile::tempdir().unwrap();
+    let n = 120;
+    let (mut judgments, mut labels, mut contexts) =
+        (String::from("example_id,judge,p\n"), String::from("example_id,label\n"), String::from("example_id,text\n"));
+    for i in 0..n {
+        let y = i % 3 == 0;
+        let _ = writeln!(labels, "e{i},{}", u8::from(y));
+        let topic = if y { "a claim about the moon landing" } else { "a recipe for bread" };
+        let _ = writeln!(contexts, "e{i},\"Example {i}, {topic}, variant {}\"", i * 7 % 13);
+        for (k, p) in [(0, 0.8), (1, 0.7), (2, 0.6)] {
+            let right = (i + k) % 5 != 0;
+            let _ = writeln!(judgments, "e{i},j{k},{}", if y == right { p } else { 1.0 - p });
+        }
+    }
+    for (name, text) in [("j.csv", &judgments), ("l.csv", &labels), ("c.csv", &contexts)] {
+        fs::write(dir.path().join(name), text).unwrap();
+    }
+    let cache = dir.path().join("cache");
+    let run = |out: &str| {
+        let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        std::process::Command::new(common::jury_bin())
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+            .args(["--methods", "mv,train-on-mv", "--dev-size", "30", "--seeds", "1", "--epochs", "3"])
+            .args(["--encoder-dir", encoder.to_str().unwrap(), "--out", &p(out)])
+            .output()
+            .unwrap()
+    };
+    let first = run("out1");
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let emb_dir = cache.join("jury/embeddings");
+    let files: Vec<_> = fs::read_dir(&emb_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let full = fs::read(&files[0]).unwrap();
+    let h = full.len() / 4 / n;
+    assert_eq!(h * 4 * n, full.len());
+    let mut partial = Vec::new();
+    for i in 0..n / 2 {
+        partial.extend_from_slice(&(i as u32).to_le_bytes());
+        partial.extend_from_slice(&full[i * h * 4..(i + 1) * h * 4]);
+    }
+    partial.extend_from_slice(&[7u8; 9]);
+    fs::write(files[0].with_extension("partial"), partial).unwrap();
+    fs::remove_file(&files[0]).unwrap();
+    let second = run("out2");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("resuming, {} of {n} already", n / 2)), "{stderr}");
+    assert!(!files[0].with_extension("partial").exists(), "partial file left behind");
+    let again = fs::read(&files[0]).unwrap();
+    assert_eq!(again.len(), full.len());
+    let floats = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
+    let worst = floats(&full).iter().zip(floats(&again)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-4, "resumed embeddings differ from a clean run by {worst}");
+}

@@ -118,7 +118,15 @@ fn finetune_key(j: &Judgments, opts: &NeuralOptions) -> Result<String> {
     Ok(jury_cache::key(&parts.iter().map(Vec::as_slice).collect::<Vec<_>>())[..16].to_owned())
 }
 
+/// Texts embedded between two appends to the partial file: what a crash can lose.
+const EMBED_CHUNK: usize = 1024;
+
 /// Frozen embeddings of every example's context, from the disk cache when present.
+///
+/// Resumable: finished rows are appended to `KEY.partial` (records of a u32 example
+/// index and `hidden` f32s, little-endian) every `EMBED_CHUNK` texts; a run killed
+/// mid-way embeds only the rows missing from it. The complete matrix is then written
+/// atomically to `KEY.f32` and the partial file removed.
 fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
     let owned = context_texts(j, opts)?;
     let ordered: Vec<&str> = owned.iter().map(String::as_str).collect();
@@ -127,6 +135,7 @@ fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
     let mut parts: Vec<&[u8]> = vec![model_sha.as_bytes(), b"max_tokens"];
     let mt = opts.max_tokens.to_le_bytes();
     parts.push(&mt);
+    parts.push(jury_neural::ENCODER_REVISION.as_bytes());
     for t in &ordered {
         parts.push(t.as_bytes());
         parts.push(b"\0");
@@ -141,22 +150,76 @@ fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
         let v: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         return Ok(Tensor::from_vec(v, (ordered.len(), h), &encoder.device)?);
     }
-    let bar = ProgressBar::new(ordered.len() as u64).with_style(
+    std::fs::create_dir_all(&opts.embed_cache)
+        .with_context(|| format!("creating embedding cache {}", opts.embed_cache.display()))?;
+    let partial = opts.embed_cache.join(format!("{key}.partial"));
+    let mut rows: Vec<Option<Vec<f32>>> = vec![None; ordered.len()];
+    let done = read_partial(&partial, h, &mut rows)?;
+    if done > 0 {
+        eprintln!("embedding contexts: resuming, {done} of {} already in {}", ordered.len(), partial.display());
+    }
+    let todo: Vec<usize> = (0..ordered.len()).filter(|&i| rows[i].is_none()).collect();
+    let bar = ProgressBar::new(ordered.len() as u64).with_position(done as u64).with_style(
         ProgressStyle::with_template("embedding contexts {bar:30} {pos}/{len} {per_sec} ETA {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let log = jury_runner::LogProgress::new("embedding contexts", ordered.len() as u64);
-    let x = encoder.embed(&ordered, opts.max_tokens, 32, |n| {
-        bar.inc(n as u64);
-        log.inc(n as u64);
-    })?;
+    bar.reset_eta();
+    let log = jury_runner::LogProgress::new("embedding contexts", todo.len() as u64);
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&partial)
+        .with_context(|| format!("opening {}", partial.display()))?;
+    for chunk in todo.chunks(EMBED_CHUNK) {
+        let texts: Vec<&str> = chunk.iter().map(|&i| ordered[i]).collect();
+        let x: Vec<Vec<f32>> = encoder
+            .embed(&texts, opts.max_tokens, 32, |n| {
+                bar.inc(n as u64);
+                log.inc(n as u64);
+            })?
+            .to_vec2()?;
+        let mut record = Vec::with_capacity(chunk.len() * (4 + 4 * h));
+        for (&i, row) in chunk.iter().zip(&x) {
+            record.extend_from_slice(&(i as u32).to_le_bytes());
+            record.extend(row.iter().flat_map(|f| f.to_le_bytes()));
+        }
+        use std::io::Write;
+        out.write_all(&record).and_then(|()| out.flush()).with_context(|| format!("appending to {}", partial.display()))?;
+        for (&i, row) in chunk.iter().zip(x) {
+            rows[i] = Some(row);
+        }
+    }
     bar.finish();
-    let flat: Vec<f32> = x.flatten_all()?.to_vec1()?;
+    let flat: Vec<f32> = rows.into_iter().flat_map(|r| r.unwrap_or_default()).collect();
+    if flat.len() != ordered.len() * h {
+        bail!("{}: embedding rows missing after the run", partial.display());
+    }
     let bytes: Vec<u8> = flat.iter().flat_map(|f| f.to_le_bytes()).collect();
-    std::fs::create_dir_all(&opts.embed_cache)
-        .with_context(|| format!("creating embedding cache {}", opts.embed_cache.display()))?;
     jury_io::write_atomic(&file, &bytes)?;
-    Ok(x)
+    std::fs::remove_file(&partial).with_context(|| format!("removing {}", partial.display()))?;
+    Ok(Tensor::from_vec(flat, (ordered.len(), h), &encoder.device)?)
+}
+
+/// Fills `rows` from a partial embedding file (absent: nothing done); a record cut short
+/// by a crash is ignored. Returns how many rows it filled.
+fn read_partial(path: &Path, h: usize, rows: &mut [Option<Vec<f32>>]) -> Result<usize> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut filled = 0;
+    for rec in bytes.chunks_exact(4 + 4 * h) {
+        let i = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]) as usize;
+        let Some(slot) = rows.get_mut(i) else {
+            bail!("{}: row index {i} out of range ({} texts); delete the file", path.display(), rows.len());
+        };
+        if slot.is_none() {
+            filled += 1;
+        }
+        *slot = Some(rec[4..].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect());
+    }
+    Ok(filled)
 }
 
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary

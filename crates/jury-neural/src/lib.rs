@@ -13,6 +13,10 @@ pub mod skill;
 
 pub use candle_core;
 
+/// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an
+/// older implementation are not reused). 2: parallel GELU with a rational erf.
+pub const ENCODER_REVISION: &str = "bert-encoder-2";
+
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
