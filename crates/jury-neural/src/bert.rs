@@ -6,9 +6,10 @@
 //! have none and would silently stop gradients, SPEC.md section 2). The fused forms are
 //! used only when nothing trains through the encoder.
 
-use candle_core::{CpuStorage, CustomOp1, D, DType, Layout, Module, Result, Shape, Tensor};
+use candle_core::{D, DType, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
-use rayon::prelude::*;
+
+use crate::fast;
 
 /// The fields of a BERT `config.json` this encoder reads.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -85,70 +86,28 @@ impl Layer {
         })
     }
 
-    /// `x`: [batch, tokens, hidden]; `mask_bias`: [batch, 1, 1, tokens] (0 or -1e4).
-    fn forward(&self, x: &Tensor, mask_bias: &Tensor, differentiable: bool) -> Result<Tensor> {
+    /// `x`: [batch, tokens, hidden]; `mask`: [batch, tokens] f32 (1 real, 0 padding).
+    fn forward(&self, x: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
         let (b, t, h) = x.dims3()?;
         let d = h / self.heads;
+        let lin = |l: &Linear, x: &Tensor| if differentiable { l.forward(x) } else { fast::linear(l, x) };
         let split = |y: Tensor| -> Result<Tensor> { y.reshape((b, t, self.heads, d))?.transpose(1, 2)?.contiguous() };
-        let q = split(self.query.forward(x)?)?;
-        let k = split(self.key.forward(x)?)?;
-        let v = split(self.value.forward(x)?)?;
-        let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.broadcast_add(mask_bias)?;
+        let q = split(lin(&self.query, x)?)?;
+        let k = split(lin(&self.key, x)?)?;
+        let v = split(lin(&self.value, x)?)?;
+        let scores = q.matmul(&k.t()?)?;
+        let scale = 1.0 / (d as f64).sqrt();
         let probs = if differentiable {
-            candle_nn::ops::softmax(&scores, D::Minus1)?
+            let bias = ((mask - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
+            candle_nn::ops::softmax(&(scores * scale)?.broadcast_add(&bias)?, D::Minus1)?
         } else {
-            candle_nn::ops::softmax_last_dim(&scores)?
+            fast::masked_softmax(&scores, mask, scale)?
         };
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.contiguous()?.reshape((b, t, h))?;
-        let a = self.attn_norm.forward(&(self.attn_out.forward(&ctx)? + x)?, differentiable)?;
-        let inter = gelu_erf(&self.intermediate.forward(&a)?, differentiable)?;
-        self.out_norm.forward(&(self.output.forward(&inter)? + a)?, differentiable)
-    }
-}
-
-/// Exact-form GELU, x * Phi(x). candle 0.10's `gelu_erf` runs element by element on one
-/// thread through an f64 erf and was the largest single cost of a frozen forward pass on
-/// a 2-core CPU; `FastGeluErf` computes the same function in parallel chunks. It has no
-/// backward pass, so the differentiable (fine-tuning) form keeps candle's op.
-fn gelu_erf(x: &Tensor, differentiable: bool) -> Result<Tensor> {
-    if differentiable || !x.device().is_cpu() || x.dtype() != DType::F32 {
-        return x.gelu_erf();
-    }
-    x.apply_op1_no_bwd(&FastGeluErf)
-}
-
-struct FastGeluErf;
-
-/// erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, under f32's
-/// resolution of the values it feeds).
-fn erf(x: f32) -> f32 {
-    let a = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
-    let y = 1.0 - poly * (-a * a).exp();
-    y.copysign(x)
-}
-
-impl CustomOp1 for FastGeluErf {
-    fn name(&self) -> &'static str {
-        "fast-gelu-erf"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(v) = storage else {
-            candle_core::bail!("fast-gelu-erf takes f32")
-        };
-        let src = match layout.contiguous_offsets() {
-            Some((start, end)) => &v[start..end],
-            None => candle_core::bail!("fast-gelu-erf takes a contiguous tensor"),
-        };
-        let mut out = vec![0f32; src.len()];
-        out.par_chunks_mut(16_384).zip(src.par_chunks(16_384)).for_each(|(o, i)| {
-            for (o, &x) in o.iter_mut().zip(i) {
-                *o = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-            }
-        });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+        let a = self.attn_norm.forward(&(lin(&self.attn_out, &ctx)? + x)?, differentiable)?;
+        let pre = lin(&self.intermediate, &a)?;
+        let inter = if differentiable { pre.gelu_erf()? } else { fast::gelu_erf(&pre)? };
+        self.out_norm.forward(&(lin(&self.output, &inter)? + a)?, differentiable)
     }
 }
 
@@ -188,9 +147,8 @@ impl Bert {
         let x = ((self.word.forward(ids)? + self.position.forward(&positions)?)? + self.token_type.forward(&types)?)?;
         let mut x = self.norm.forward(&x, differentiable)?;
         let maskf = mask.to_dtype(DType::F32)?;
-        let mask_bias = ((maskf.clone() - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
         for layer in &self.layers {
-            x = layer.forward(&x, &mask_bias, differentiable)?;
+            x = layer.forward(&x, &maskf, differentiable)?;
         }
         let m = maskf.unsqueeze(2)?;
         let pooled = x.broadcast_mul(&m)?.sum(1)?.broadcast_div(&m.sum(1)?.clamp(1e-9, f64::MAX)?)?;
@@ -253,17 +211,6 @@ mod tests {
         let fused = loss(false).backward().unwrap();
         let ln = vars.iter().find(|(n, _)| n.as_str() == "embeddings.LayerNorm.weight").unwrap().1;
         assert!(fused.get(ln.as_tensor()).is_none(), "fused layer norm unexpectedly has a backward pass now");
-    }
-
-    #[test]
-    fn fast_gelu_matches_candles_exact_gelu() {
-        let x = Tensor::arange(-8000i64, 8000, &Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
-        let x = (x / 1000.0).unwrap();
-        let fast = gelu_erf(&x, false).unwrap();
-        let exact = gelu_erf(&x, true).unwrap();
-        let diff = (fast - exact).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-        assert!(diff < 2e-6, "fast GELU differs from candle's by {diff}");
-        assert!(erf(0.0).abs() < 1e-6 && erf(-1.0) < -0.84 && erf(5.0) > 0.999_999);
     }
 
     #[test]

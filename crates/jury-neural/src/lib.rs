@@ -6,6 +6,7 @@
 //! files and `max_tokens` (so they can be cached on disk, keyed by those).
 
 pub mod bert;
+mod fast;
 pub mod finetune;
 mod head;
 pub mod multiclass;
@@ -14,7 +15,7 @@ pub mod skill;
 pub use candle_core;
 
 /// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an
-/// older implementation are not reused). 2: parallel GELU with a rational erf.
+/// older implementation are not reused). 2: fused CPU kernels (`fast`).
 pub const ENCODER_REVISION: &str = "bert-encoder-2";
 
 use std::path::{Path, PathBuf};
