@@ -317,3 +317,53 @@ fn frozen_embeddings_resume_from_a_partial_file() {
     let worst = floats(&full).iter().zip(floats(&again)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst < 1e-4, "resumed embeddings differ from a clean run by {worst}");
 }
+
+/// `--split-fields` embeds each ` || `-separated field alone: a context whose first field
+/// is shared noise and whose second names the class is learned from the second field,
+/// and the cache holds one vector per field.
+#[test]
+fn split_fields_embeds_each_field_alone() {
+    use std::fmt::Write as _;
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(encoder.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-encoder.sh", encoder.display());
+    let dir = tempfile::tempdir().unwrap();
+    let n: usize = 200;
+    let (mut judgments, mut labels, mut contexts) =
+        (String::from("example_id,judge,p\n"), String::from("example_id,label\n"), String::from("example_id,text\n"));
+    for i in 0..n {
+        let y = i % 2 == 0;
+        let _ = writeln!(labels, "e{i},{}", u8::from(y));
+        let topic = if y { "the moon landing was staged" } else { "bread needs flour and water" };
+        let extra = if i % 3 == 0 { format!(" || note {i}") } else { String::new() };
+        let _ = writeln!(contexts, "e{i},\"Conversation number {i} || {topic}{extra}\"");
+        for k in 0..3 {
+            let right = (i * 7 + k * 3) % 10 < 7;
+            let _ = writeln!(judgments, "e{i},j{k},{}", if y == right { 0.8 } else { 0.2 });
+        }
+    }
+    for (name, text) in [("j.csv", &judgments), ("l.csv", &labels), ("c.csv", &contexts)] {
+        fs::write(dir.path().join(name), text).unwrap();
+    }
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let out = std::process::Command::new(common::jury_bin())
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+        .args(["--methods", "mv,train-on-mv", "--dev-size", "40", "--seeds", "1", "--epochs", "20", "--lr", "0.01"])
+        .args(["--split-fields", "--encoder-dir", encoder.to_str().unwrap(), "--out", &p("out")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files: Vec<_> = fs::read_dir(dir.path().join("cache/jury/embeddings")).unwrap().map(|e| e.unwrap().path()).collect();
+    let fields = n * 2 + n.div_ceil(3);
+    assert_eq!(fs::metadata(&files[0]).unwrap().len() as usize, fields * 384 * 4, "one 384-float vector per field");
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();
+    let acc = m["methods"]["train-on-mv"]["accuracy"].as_f64().unwrap();
+    assert!(acc > 0.9, "train-on-mv {acc} from the topic field");
+    let refused = std::process::Command::new(common::jury_bin())
+        .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+        .args(["--methods", "skillagg", "--split-fields", "--encoder", "finetune", "--out", &p("out2")])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--split-fields takes the frozen encoder"));
+}

@@ -48,6 +48,10 @@ pub struct Args {
     /// Tokens per context kept by the encoder (all-MiniLM-L6-v2 was trained on 128).
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
+    /// Embed each ` || `-separated field of a context on its own (up to --max-tokens each)
+    /// and concatenate the vectors in field order (frozen encoder only).
+    #[arg(long)]
+    split_fields: bool,
     /// Training epochs of the context-dependent methods (the dev set picks the best).
     #[arg(long, default_value_t = 20)]
     epochs: usize,
@@ -137,6 +141,7 @@ pub struct Options {
     pub encoder: String,
     pub encoder_dir: PathBuf,
     pub max_tokens: usize,
+    pub split_fields: bool,
     pub epochs: usize,
     pub lambdas: String,
     pub hidden: usize,
@@ -159,6 +164,7 @@ impl Default for Options {
             encoder: "frozen".into(),
             encoder_dir: "models/all-MiniLM-L6-v2".into(),
             max_tokens: 128,
+            split_fields: false,
             epochs: 20,
             lambdas: "0.01,0.1,1".into(),
             hidden: 0,
@@ -191,6 +197,7 @@ impl From<&Args> for Options {
             encoder: a.encoder.clone(),
             encoder_dir: a.encoder_dir.clone(),
             max_tokens: a.max_tokens,
+            split_fields: a.split_fields,
             epochs: a.epochs,
             lambdas: a.lambdas.clone(),
             hidden: a.hidden,
@@ -249,6 +256,9 @@ impl Settings {
             if a.seeds == 0 || a.epochs == 0 || a.dev_size == 0 {
                 bail!("--seeds, --epochs and --dev-size must be at least 1");
             }
+            if a.split_fields && finetune {
+                bail!("--split-fields takes the frozen encoder (--encoder frozen)");
+            }
             Some(NeuralOptions {
                 contexts,
                 encoder_dir: a.encoder_dir.clone(),
@@ -256,6 +266,7 @@ impl Settings {
                 dev_size: a.dev_size,
                 seeds: a.seeds,
                 max_tokens: a.max_tokens,
+                split_fields: a.split_fields,
                 epochs: a.epochs,
                 lambdas,
                 hidden: a.hidden,

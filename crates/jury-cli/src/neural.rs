@@ -70,6 +70,8 @@ pub struct NeuralOptions {
     pub dev_size: usize,
     pub seeds: usize,
     pub max_tokens: usize,
+    /// Embed each ` || `-separated field alone and concatenate (frozen only).
+    pub split_fields: bool,
     pub epochs: usize,
     pub lambdas: Vec<f64>,
     pub hidden: usize,
@@ -118,25 +120,52 @@ fn finetune_key(j: &Judgments, opts: &NeuralOptions) -> Result<String> {
     Ok(jury_cache::key(&parts.iter().map(Vec::as_slice).collect::<Vec<_>>())[..16].to_owned())
 }
 
+/// The separator of a context's fields (`jury run` and the converters write it).
+const FIELD_SEPARATOR: &str = " || ";
+
+/// Frozen context vectors, [examples, hidden] (or [examples, fields x hidden] with
+/// `split_fields`: each field embedded alone, vectors in field order, a field an
+/// example lacks left at zero).
+fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
+    let owned = context_texts(j, opts)?;
+    if !opts.split_fields {
+        let texts: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let (rows, h) = embed_cached(&texts, opts)?;
+        return Ok(Tensor::from_vec(rows, (texts.len(), h), &jury_neural::candle_core::Device::Cpu)?);
+    }
+    let fields: Vec<Vec<&str>> = owned.iter().map(|t| t.split(FIELD_SEPARATOR).collect()).collect();
+    let width = fields.iter().map(Vec::len).max().unwrap_or(1);
+    let flat: Vec<&str> = fields.iter().flatten().copied().collect();
+    let (rows, h) = embed_cached(&flat, opts)?;
+    let mut out = vec![0f32; owned.len() * width * h];
+    let mut next = rows.chunks_exact(h);
+    for (n, f) in fields.iter().enumerate() {
+        for slot in 0..f.len() {
+            let row = next.next().context("embedding rows run short of the fields")?;
+            out[(n * width + slot) * h..][..h].copy_from_slice(row);
+        }
+    }
+    Ok(Tensor::from_vec(out, (owned.len(), width * h), &jury_neural::candle_core::Device::Cpu)?)
+}
+
 /// Texts embedded between two appends to the partial file: what a crash can lose.
 const EMBED_CHUNK: usize = 1024;
 
-/// Frozen embeddings of every example's context, from the disk cache when present.
+/// Frozen embeddings of `ordered` (row-major, `hidden` per text), from the disk cache
+/// when present.
 ///
 /// Resumable: finished rows are appended to `KEY.partial` (records of a u32 example
 /// index and `hidden` f32s, little-endian) every `EMBED_CHUNK` texts; a run killed
 /// mid-way embeds only the rows missing from it. The complete matrix is then written
 /// atomically to `KEY.f32` and the partial file removed.
-fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
-    let owned = context_texts(j, opts)?;
-    let ordered: Vec<&str> = owned.iter().map(String::as_str).collect();
+fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usize)> {
     let weights = opts.encoder_dir.join("model.safetensors");
     let model_sha = jury_cache::file_sha256(&weights)?;
     let mut parts: Vec<&[u8]> = vec![model_sha.as_bytes(), b"max_tokens"];
     let mt = opts.max_tokens.to_le_bytes();
     parts.push(&mt);
     parts.push(jury_neural::ENCODER_REVISION.as_bytes());
-    for t in &ordered {
+    for t in ordered {
         parts.push(t.as_bytes());
         parts.push(b"\0");
     }
@@ -148,7 +177,7 @@ fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
         && bytes.len() == ordered.len() * h * 4
     {
         let v: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        return Ok(Tensor::from_vec(v, (ordered.len(), h), &encoder.device)?);
+        return Ok((v, h));
     }
     std::fs::create_dir_all(&opts.embed_cache)
         .with_context(|| format!("creating embedding cache {}", opts.embed_cache.display()))?;
@@ -197,7 +226,7 @@ fn embeddings(j: &Judgments, opts: &NeuralOptions) -> Result<Tensor> {
     let bytes: Vec<u8> = flat.iter().flat_map(|f| f.to_le_bytes()).collect();
     jury_io::write_atomic(&file, &bytes)?;
     std::fs::remove_file(&partial).with_context(|| format!("removing {}", partial.display()))?;
-    Ok(Tensor::from_vec(flat, (ordered.len(), h), &encoder.device)?)
+    Ok((flat, h))
 }
 
 /// Fills `rows` from a partial embedding file (absent: nothing done); a record cut short
