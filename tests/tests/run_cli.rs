@@ -190,3 +190,70 @@ fn run_config_with_skillagg_writes_contexts_and_aggregates() {
     assert!((0.0..=1.0).contains(&acc), "{}", m["methods"]["skillagg"]);
     assert!(fs::read_to_string(out.join("config.resolved.yaml")).unwrap().contains("contexts.csv"));
 }
+
+/// The path GPU users take (`model_id`, a Hugging Face model directory through the hub
+/// cache) run for real: SmolLM2's GGUF weights converted to safetensors by
+/// `scripts/gguf-to-safetensors.py` (fetch-judges.sh does it) sit in a directory laid out
+/// like the hub cache, load offline by id, and give the probabilities of the GGUF judge
+/// with dense weights, whose values they are. The prompt has no blank line: mistral.rs
+/// 0.8.1's tokenizer built from this GGUF merges "\n\n" into one token where llama.cpp
+/// and the converted tokenizer.json (GPT-2 pre-tokenizer rules) give two, and the
+/// comparison is only meaningful on identical token sequences.
+#[test]
+fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
+    let root = repo_root();
+    let hf = root.join("models/smollm2-135m-hf");
+    assert!(hf.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-judges.sh --small", hf.display());
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("hf/hub/models--team--smollm2-135m");
+    let snap = repo.join("snapshots/0123abc");
+    fs::create_dir_all(&snap).unwrap();
+    fs::create_dir_all(repo.join("refs")).unwrap();
+    fs::write(repo.join("refs/main"), "0123abc").unwrap();
+    for f in ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::os::unix::fs::symlink(hf.join(f), snap.join(f)).unwrap();
+    }
+    let prompt = dir.path().join("prompt.yaml");
+    let text = fs::read_to_string(root.join("prompts/demo-facts.yaml")).unwrap();
+    fs::write(&prompt, text.replace("{statement}\n\n", "{statement}\n")).unwrap();
+    let cfg = dir.path().join("exp.yaml");
+    fs::write(
+        &cfg,
+        format!(
+            "name: e2e\n\
+             dataset: {{name: demo-facts, path: {data}, limit: 5, seed: 1}}\n\
+             prompt: {prompt}\n\
+             judges:\n  - name: gguf\n    gguf: {model}\n  - name: hub\n    model_id: team/smollm2-135m\n\
+             runtime: {{dequantize: true, max_concurrency: 2, max_prompt_tokens: 1024}}\n\
+             output: {out}\n",
+            data = root.join("datasets/demo-facts.csv").display(),
+            prompt = prompt.display(),
+            model = smollm().display(),
+            out = dir.path().join("out").display(),
+        ),
+    )
+    .unwrap();
+    let out = Command::new(jury_bin())
+        .env("HF_HOME", dir.path().join("hf"))
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["run", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut by_judge: std::collections::BTreeMap<String, Vec<(String, f64, f64)>> = Default::default();
+    for row in &lines(&dir.path().join("out/judgments.csv"))[1..] {
+        let f: Vec<&str> = row.split(',').collect();
+        let tokens: usize = f[7].parse().unwrap();
+        by_judge.entry(f[1].to_owned()).or_default().push((format!("{} ({tokens} tokens)", f[0]), f[2].parse().unwrap(), f[6].parse().unwrap()));
+    }
+    let (gguf, hub) = (&by_judge["gguf"], &by_judge["hub"]);
+    assert_eq!(gguf.len(), 5);
+    assert_eq!(hub.len(), 5);
+    for ((id_a, p_a, mass_a), (id_b, p_b, mass_b)) in gguf.iter().zip(hub) {
+        assert_eq!(id_a, id_b);
+        assert!((p_a - p_b).abs() < 1e-4 && (mass_a - mass_b).abs() < 1e-4, "{id_a}: gguf {p_a}/{mass_a}, hub {p_b}/{mass_b}");
+    }
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/manifest.json")).unwrap()).unwrap();
+    let hash = m["judges"][1]["model_sha256"].as_str().unwrap();
+    assert!(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()), "model directory hash {hash}");
+}

@@ -47,6 +47,37 @@ pub fn file_sha256(path: &Path) -> Result<String, CacheError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Hex SHA-256 identifying a model directory's contents: every regular file at its top
+/// level (symbolic links followed), by name and content hash, in name order. A file
+/// that is a link into a Hugging Face hub cache's `blobs/` folder whose target is named by
+/// a 64-hex-digit SHA-256 (how the hub stores large files) is identified by that name
+/// instead of being read again, so a cached 70B snapshot costs no I/O here.
+pub fn dir_sha256(dir: &Path) -> Result<String, CacheError> {
+    let err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CacheError::Io { path, source }
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(err(dir))? {
+        let path = entry.map_err(err(dir))?.path();
+        if std::fs::metadata(&path).map_err(err(&path))?.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    let mut parts = Vec::with_capacity(files.len() * 2);
+    for path in &files {
+        let blob = std::fs::read_link(path).ok().and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let hash = match blob {
+            Some(name) if name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()) => name,
+            _ => file_sha256(path)?,
+        };
+        parts.push(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+        parts.push(hash);
+    }
+    Ok(key(&parts.iter().map(|p| p.as_bytes()).collect::<Vec<_>>()))
+}
+
 #[derive(Serialize, serde::Deserialize)]
 struct Line<T> {
     key: String,
@@ -127,6 +158,32 @@ impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directory_hash_follows_contents_and_trusts_hub_blob_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(model.join("config.json"), "{}").unwrap();
+        std::fs::write(model.join("model.safetensors"), "weights").unwrap();
+        std::fs::create_dir(model.join("subdir")).unwrap();
+        let first = dir_sha256(&model).unwrap();
+        assert_eq!(dir_sha256(&model).unwrap(), first);
+        std::fs::write(model.join("model.safetensors"), "other weights").unwrap();
+        let changed = dir_sha256(&model).unwrap();
+        assert_ne!(changed, first);
+        // A hub snapshot's link to a blob named by its SHA-256 is identified by that name.
+        let blobs = dir.path().join("blobs");
+        std::fs::create_dir(&blobs).unwrap();
+        let name = "ab".repeat(32);
+        std::fs::write(blobs.join(&name), "never read").unwrap();
+        std::fs::remove_file(model.join("model.safetensors")).unwrap();
+        std::os::unix::fs::symlink(blobs.join(&name), model.join("model.safetensors")).unwrap();
+        let linked = dir_sha256(&model).unwrap();
+        let by_name = key(&[b"config.json", file_sha256(&model.join("config.json")).unwrap().as_bytes(), b"model.safetensors", name.as_bytes()]);
+        assert_eq!(linked, by_name);
+        assert!(matches!(dir_sha256(&dir.path().join("missing")), Err(CacheError::Io { .. })));
+    }
 
     #[test]
     fn survives_reopen_and_drops_a_torn_last_line() {

@@ -201,7 +201,8 @@ pub fn run(exp: Experiment) -> Result<()> {
                 }
                 (ModelSource::Gguf(path.clone()), file_sha256(path)?)
             }
-            (None, Some(id)) => (ModelSource::Pretrained(id.clone()), format!("model-id:{id}")),
+            // Hashed after loading, when a hub download has put the snapshot on disk.
+            (None, Some(id)) => (ModelSource::Pretrained(id.clone()), String::new()),
             (None, None) => unreachable!("checked in read_experiment"),
         };
         let cfg = JudgeConfig {
@@ -214,6 +215,14 @@ pub fn run(exp: Experiment) -> Result<()> {
         let load_start = Instant::now();
         let judge = rt.block_on(Judge::load(cfg, template.clone()))?;
         let load_seconds = load_start.elapsed().as_secs_f64();
+        let model_hash = match &entry.model_id {
+            Some(id) => match jury_judge::local_model_dir(id) {
+                Some(dir) => jury_cache::dir_sha256(&dir)
+                    .with_context(|| format!("judge `{}`: hashing the model directory {}", entry.name, dir.display()))?,
+                None => format!("model-id:{id}"),
+            },
+            None => model_hash,
+        };
         let bar = bars.add(indicatif::ProgressBar::new(judged.len() as u64));
         let results = rt.block_on(jury_runner::run_judge(
             &judge,

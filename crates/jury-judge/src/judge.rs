@@ -121,6 +121,12 @@ pub fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
     snapshot.unwrap_or(path)
 }
 
+/// The local directory a `Pretrained` id loads from (an existing directory, or its
+/// snapshot in the hub cache named by `HF_HOME`), if there is one.
+pub fn local_model_dir(id: &str) -> Option<PathBuf> {
+    Some(resolve_model_id(id, hf_hub::Cache::from_env().path())).filter(|dir| dir.is_dir())
+}
+
 fn engine_fingerprint(source: &ModelSource) -> String {
     let device = if cfg!(feature = "cuda") { "cuda-if-available, automatic dtype" } else { "cpu, f32 activations" };
     let weights = match source {

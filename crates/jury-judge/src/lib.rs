@@ -13,7 +13,7 @@
 mod judge;
 mod template;
 
-pub use judge::{EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, verdict_from_logits};
+pub use judge::{EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, local_model_dir, verdict_from_logits};
 pub use template::Template;
 
 use std::path::PathBuf;
