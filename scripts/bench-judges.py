@@ -61,6 +61,11 @@ def main():
         pp, pn = prob(ids["positive"]), prob(ids["negative"])
         llama_y[p["example_id"]] = pp / (pp + pn) if pp + pn > 0 else float("nan")
     llama_s = time.perf_counter() - t0
+    # Whether jury's tokenisation (mistral.rs's tokenizer built from the GGUF) is
+    # llama.cpp's: the judged tokens, turned back into text and tokenised by llama.cpp.
+    same_tokens = sum(
+        llm.tokenize(llm.detokenize(p["tokens"], special=True), add_bos=False, special=True) == p["tokens"]
+        for p in prompts) / len(prompts)
     n = len(prompts)
     for label, path in runs:
         jm, jury_p = jury_run(path, args.judge)
@@ -73,6 +78,7 @@ def main():
             "jury_over_llama_speed": llama_s / jury_s,
             "agreement_within_0.03": sum(d <= 0.03 for d in diffs) / len(diffs),
             "median_abs_diff": float(np.median(diffs)), "max_abs_diff": float(max(diffs)),
+            "same_tokens_as_llama_cpp_tokenizer": same_tokens,
         }), flush=True)
 
 

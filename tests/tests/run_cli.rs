@@ -195,10 +195,10 @@ fn run_config_with_skillagg_writes_contexts_and_aggregates() {
 /// cache) run for real: SmolLM2's GGUF weights converted to safetensors by
 /// `scripts/gguf-to-safetensors.py` (fetch-judges.sh does it) sit in a directory laid out
 /// like the hub cache, load offline by id, and give the probabilities of the GGUF judge
-/// with dense weights, whose values they are. The prompt has no blank line: mistral.rs
-/// 0.8.1's tokenizer built from this GGUF merges "\n\n" into one token where llama.cpp
-/// and the converted tokenizer.json (GPT-2 pre-tokenizer rules) give two, and the
-/// comparison is only meaningful on identical token sequences.
+/// with dense weights, whose values they are. The GGUF judge takes the converted
+/// directory's tokenizer (`tokenizer:`): mistral.rs 0.8.1's own tokenizer built from
+/// this GGUF merges "\n\n" into one token where the model's tokenizer gives two, and
+/// the comparison is only meaningful on identical token sequences.
 #[test]
 fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
     let root = repo_root();
@@ -213,9 +213,6 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
     for f in ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
         std::os::unix::fs::symlink(hf.join(f), snap.join(f)).unwrap();
     }
-    let prompt = dir.path().join("prompt.yaml");
-    let text = fs::read_to_string(root.join("prompts/demo-facts.yaml")).unwrap();
-    fs::write(&prompt, text.replace("{statement}\n\n", "{statement}\n")).unwrap();
     let cfg = dir.path().join("exp.yaml");
     fs::write(
         &cfg,
@@ -223,12 +220,13 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
             "name: e2e\n\
              dataset: {{name: demo-facts, path: {data}, limit: 5, seed: 1}}\n\
              prompt: {prompt}\n\
-             judges:\n  - name: gguf\n    gguf: {model}\n  - name: hub\n    model_id: team/smollm2-135m\n\
+             judges:\n  - name: gguf\n    gguf: {model}\n    tokenizer: {hf}\n  - name: hub\n    model_id: team/smollm2-135m\n\
              runtime: {{dequantize: true, max_concurrency: 2, max_prompt_tokens: 1024}}\n\
              output: {out}\n",
             data = root.join("datasets/demo-facts.csv").display(),
-            prompt = prompt.display(),
+            prompt = root.join("prompts/demo-facts.yaml").display(),
             model = smollm().display(),
+            hf = hf.display(),
             out = dir.path().join("out").display(),
         ),
     )

@@ -57,6 +57,7 @@ impl LlmEvaluation {
             max_prompt_tokens: cfg.max_prompt_tokens,
             prefix_cache: false,
             max_concurrency: 1,
+            tokenizer: None,
         };
         let judge = rt.block_on(Judge::load(judge_cfg, template))?;
         if let Some(dir) = cfg.cache.parent() {

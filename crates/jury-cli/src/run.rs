@@ -80,6 +80,10 @@ pub struct JudgeEntry {
     /// A safetensors model directory or hub model id (GPU users, `cuda` feature).
     #[serde(default)]
     pub model_id: Option<String>,
+    /// With `gguf`: a Hugging Face tokenizer directory to use instead of the tokenizer
+    /// mistral.rs builds from the GGUF (see `jury_judge::JudgeConfig::tokenizer`).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -119,6 +123,19 @@ fn read_experiment(path: &Path) -> Result<Experiment> {
     for j in &exp.judges {
         if j.gguf.is_some() == j.model_id.is_some() {
             bail!("{}: judge `{}`: give exactly one of `gguf` and `model_id`", path.display(), j.name);
+        }
+        if let Some(dir) = &j.tokenizer {
+            if j.gguf.is_none() {
+                bail!("{}: judge `{}`: `tokenizer` goes with `gguf` (a model directory has its own)", path.display(), j.name);
+            }
+            if !dir.join("tokenizer.json").is_file() {
+                bail!(
+                    "{}: judge `{}`: tokenizer directory {} has no tokenizer.json (run scripts/fetch-judges.sh)",
+                    path.display(),
+                    j.name,
+                    dir.display()
+                );
+            }
         }
     }
     if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
@@ -199,7 +216,18 @@ pub fn run(exp: Experiment) -> Result<()> {
                         path.display()
                     );
                 }
-                (ModelSource::Gguf(path.clone()), file_sha256(path)?)
+                let weights = file_sha256(path)?;
+                let hash = match &entry.tokenizer {
+                    // The tokenizer changes the token sequence, hence the answer.
+                    Some(dir) => jury_cache::key(&[
+                        weights.as_bytes(),
+                        jury_cache::dir_sha256(dir)
+                            .with_context(|| format!("judge `{}`: hashing {}", entry.name, dir.display()))?
+                            .as_bytes(),
+                    ]),
+                    None => weights,
+                };
+                (ModelSource::Gguf(path.clone()), hash)
             }
             // Hashed after loading, when a hub download has put the snapshot on disk.
             (None, Some(id)) => (ModelSource::Pretrained(id.clone()), String::new()),
@@ -211,6 +239,7 @@ pub fn run(exp: Experiment) -> Result<()> {
             max_prompt_tokens: exp.runtime.max_prompt_tokens,
             prefix_cache: exp.runtime.prefix_cache,
             max_concurrency: exp.runtime.max_concurrency,
+            tokenizer: entry.tokenizer.clone(),
         };
         let load_start = Instant::now();
         let judge = rt.block_on(Judge::load(cfg, template.clone()))?;

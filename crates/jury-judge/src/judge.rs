@@ -40,6 +40,13 @@ pub struct JudgeConfig {
     pub prefix_cache: bool,
     /// Requests in flight at once (batched by mistral.rs).
     pub max_concurrency: usize,
+    /// GGUF judges only: a Hugging Face tokenizer directory (`tokenizer.json`,
+    /// `tokenizer_config.json`) used instead of the tokenizer mistral.rs builds from the
+    /// GGUF metadata. mistral.rs 0.8.1 builds every byte-level BPE tokenizer with Qwen2's
+    /// pre-tokenizer rules whatever the GGUF's `tokenizer.ggml.pre` says; for SmolLM2
+    /// (GPT-2 rules) that merges a blank line into one token where llama.cpp and the
+    /// model's own tokenizer give two.
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// One judgment: the normalised verdict probability and the raw numbers behind it.
@@ -149,8 +156,10 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig) -> anyhow::Result<
     };
     let dir = path.parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_else(|| ".".into());
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let tokenizer = cfg.tokenizer.as_ref().map(|d| d.to_string_lossy().into_owned());
     let loader =
-        GGUFLoaderBuilder::new(None, None, dir, vec![file], GGUFSpecificConfig { topology: None }, false, None).build();
+        GGUFLoaderBuilder::new(None, tokenizer, dir, vec![file], GGUFSpecificConfig { topology: None }, false, None)
+            .build();
     let device = mistralrs::best_device(!cfg!(feature = "cuda"))?;
     let dtype = if device.is_cpu() { ModelDType::F32 } else { ModelDType::Auto };
     let pipeline = loader.load_model_from_hf(
@@ -424,6 +433,7 @@ mod tests {
             max_prompt_tokens: 64,
             prefix_cache: false,
             max_concurrency: 1,
+            tokenizer: None,
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let err = rt.block_on(Judge::load(cfg, template)).err().expect("no weights: the load must fail");

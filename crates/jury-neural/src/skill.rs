@@ -142,15 +142,18 @@ impl SkillModel {
         Ok((ce + (slope.sqr()?.mean_all()? * lambda)?)?)
     }
 
-    /// Posterior P(c = 1 | x, judges) per example. SkillAgg / -X: Eq. (8), s1 prod_j
-    /// P(y_j | c=1) against s0 prod_j P(y_j | c=0) over the available judges, with
-    /// P(y | c=1) = p1^y (1-p1)^(1-y) and P(y | c=0) = (1-p0)^y p0^(1-y), in log space.
+    /// Posterior P(c = 1 | x, judges) per example. SkillAgg / -X: the paper's section
+    /// 4.3, s1 prod_j P(b_j | c=1) against s0 prod_j P(b_j | c=0) over the available
+    /// judges, on the judges' binary verdicts b = 1[y > 0.5] (the conditional-independence
+    /// model is over verdicts; training reads the probabilities), with
+    /// P(b | c=1) = p1^b (1-p1)^(1-b) and P(b | c=0) = (1-p0)^b p0^(1-b), in log space.
     /// Crowdlayer and Train-on-MV: s1.
     pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
         let s = self.bottleneck(x)?;
         if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
             return Ok(s.narrow(1, 1, 1)?.flatten_all()?.to_vec1()?);
         }
+        let y = &y.gt(0.5)?.to_dtype(candle_core::DType::F32)?;
         let eps = 1e-6;
         let (p0, p1) = self.skills(x)?;
         let (p0, p1) = (p0.clamp(eps, 1.0 - eps)?, p1.clamp(eps, 1.0 - eps)?);
@@ -269,6 +272,18 @@ mod tests {
         assert!(post.iter().all(|p| (0.0..=1.0).contains(p)));
         let acc = post.iter().zip(&labels).filter(|(p, l)| usize::from(**p > 0.5) == **l).count() as f64 / 6000.0;
         assert!(acc > 0.95, "accuracy {acc}");
+    }
+
+    /// The posterior reads verdicts: a judge at 0.9 and one at 0.6 say the same thing.
+    #[test]
+    fn posterior_reads_binary_verdicts() {
+        let truth = [(0.8, 0.8), (0.7, 0.75)];
+        let (x, y, present, _) = jury(512, &truth, 4);
+        let data = JuryData { n: 512, k: 2, y: &y, present: &present };
+        let m = train(&x, &data, &TrainConfig { epochs: 2, ..cfg(Method::SkillAgg, 0.0, 1) }, |_, _, _| Ok(())).unwrap();
+        let (xt, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
+        let softened = ((yt.clone() * 0.4).unwrap() + 0.3).unwrap(); // 1 -> 0.7, 0 -> 0.3
+        assert_eq!(m.posterior(&xt, &yt, &mt).unwrap(), m.posterior(&xt, &softened, &mt).unwrap());
     }
 
     #[test]
