@@ -251,6 +251,9 @@ fn read_partial(path: &Path, h: usize, rows: &mut [Option<Vec<f32>>]) -> Result<
     Ok(filled)
 }
 
+/// The dev set's pick so far: (dev accuracy, lambda, epoch, posteriors, slopes).
+type Checkpoint = (f64, f64, usize, Vec<f32>, Vec<f32>);
+
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary
 /// judgments with `jury_neural::skill`, C > 2 classes with `jury_neural::multiclass`
 /// (frozen encoder only).
@@ -324,7 +327,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             let dev: Vec<usize> = order[..opts.dev_size].to_vec();
             let mut is_dev = vec![false; n];
             dev.iter().for_each(|&i| is_dev[i] = true);
-            let mut best: Option<(f64, f64, usize, Vec<f32>, Vec<f32>)> = None;
+            let mut best: Option<Checkpoint> = None;
             for lambda in method.lambdas(&opts.lambdas) {
                 let cfg = TrainConfig {
                     method: method.model(),

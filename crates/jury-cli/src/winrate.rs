@@ -102,10 +102,10 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let rows = filter(read_comparisons(&args.comparisons)?);
-    if let Some(k) = &keep {
-        if let Some(missing) = k.iter().find(|name| !rows.iter().any(|r| r.evaluator == **name)) {
-            bail!("--evaluators: `{missing}` has no rows in {}", args.comparisons.display());
-        }
+    if let Some(k) = &keep
+        && let Some(missing) = k.iter().find(|name| !rows.iter().any(|r| r.evaluator == **name))
+    {
+        bail!("--evaluators: `{missing}` has no rows in {}", args.comparisons.display());
     }
     let pairs = group(&rows, &args.human).with_context(|| format!("{}", args.comparisons.display()))?;
     let ood = match &prior {
