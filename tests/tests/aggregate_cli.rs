@@ -213,12 +213,19 @@ fn context_dependent_methods_take_three_classes() {
     use rand::{Rng, SeedableRng};
     use std::fmt::Write as _;
     let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(encoder.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-encoder.sh", encoder.display());
+    assert!(
+        encoder.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-encoder.sh",
+        encoder.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
     let topics = ["a recipe for apple pie with cinnamon", "a football match report", "a lecture on quantum physics"];
-    let (mut judgments, mut labels, mut contexts) =
-        (String::from("example_id,judge,probs\n"), String::from("example_id,label\n"), String::from("example_id,text\n"));
+    let (mut judgments, mut labels, mut contexts) = (
+        String::from("example_id,judge,probs\n"),
+        String::from("example_id,label\n"),
+        String::from("example_id,text\n"),
+    );
     for i in 0..400 {
         let c = rng.random_range(0..3usize);
         let _ = writeln!(labels, "e{i},{c}");
@@ -237,7 +244,16 @@ fn context_dependent_methods_take_three_classes() {
     let out = std::process::Command::new(common::jury_bin())
         .env("XDG_CACHE_HOME", dir.path().join("cache"))
         .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
-        .args(["--methods", "mv,ds,crowdlayer,skillagg,skillagg-x", "--dev-size", "60", "--seeds", "2", "--epochs", "15"])
+        .args([
+            "--methods",
+            "mv,ds,crowdlayer,skillagg,skillagg-x",
+            "--dev-size",
+            "60",
+            "--seeds",
+            "2",
+            "--epochs",
+            "15",
+        ])
         .args(["--lr", "0.01", "--encoder-dir", encoder.to_str().unwrap(), "--out", out_dir.to_str().unwrap()])
         .output()
         .unwrap();
@@ -261,7 +277,11 @@ fn context_dependent_methods_take_three_classes() {
 fn frozen_embeddings_resume_from_a_partial_file() {
     use std::fmt::Write as _;
     let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(encoder.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-encoder.sh", encoder.display());
+    assert!(
+        encoder.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-encoder.sh",
+        encoder.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let n = 120;
     let (mut judgments, mut labels, mut contexts) =
@@ -325,7 +345,11 @@ fn frozen_embeddings_resume_from_a_partial_file() {
 fn split_fields_embeds_each_field_alone() {
     use std::fmt::Write as _;
     let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(encoder.join("model.safetensors").is_file(), "{} is missing: run scripts/fetch-encoder.sh", encoder.display());
+    assert!(
+        encoder.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-encoder.sh",
+        encoder.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let n: usize = 200;
     let (mut judgments, mut labels, mut contexts) =
@@ -353,7 +377,8 @@ fn split_fields_embeds_each_field_alone() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let files: Vec<_> = fs::read_dir(dir.path().join("cache/jury/embeddings")).unwrap().map(|e| e.unwrap().path()).collect();
+    let files: Vec<_> =
+        fs::read_dir(dir.path().join("cache/jury/embeddings")).unwrap().map(|e| e.unwrap().path()).collect();
     let fields = n * 2 + n.div_ceil(3);
     assert_eq!(fs::metadata(&files[0]).unwrap().len() as usize, fields * 384 * 4, "one 384-float vector per field");
     let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();

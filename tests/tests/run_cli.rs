@@ -27,7 +27,7 @@ fn experiment(dir: &Path, dataset: &str, data: &str, prompt: &str, dataset_extra
          dataset: {{name: {dataset}, path: {data}, {dataset_extra}}}\n\
          prompt: {prompt}\n\
          judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
-         runtime: {{max_concurrency: 2, max_prompt_tokens: 1024}}\n\
+         runtime: {{max_concurrency: 2, prefix_cache: false, max_prompt_tokens: 1024}}\n\
          output: {out}\n",
         data = root.join(data).display(),
         prompt = root.join(prompt).display(),
@@ -221,7 +221,7 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
              dataset: {{name: demo-facts, path: {data}, limit: 5, seed: 1}}\n\
              prompt: {prompt}\n\
              judges:\n  - name: gguf\n    gguf: {model}\n    tokenizer: {hf}\n  - name: hub\n    model_id: team/smollm2-135m\n\
-             runtime: {{dequantize: true, max_concurrency: 2, max_prompt_tokens: 1024}}\n\
+             runtime: {{dequantize: true, max_concurrency: 2, prefix_cache: false, max_prompt_tokens: 1024}}\n\
              output: {out}\n",
             data = root.join("datasets/demo-facts.csv").display(),
             prompt = root.join("prompts/demo-facts.yaml").display(),
@@ -242,16 +242,69 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
     for row in &lines(&dir.path().join("out/judgments.csv"))[1..] {
         let f: Vec<&str> = row.split(',').collect();
         let tokens: usize = f[7].parse().unwrap();
-        by_judge.entry(f[1].to_owned()).or_default().push((format!("{} ({tokens} tokens)", f[0]), f[2].parse().unwrap(), f[6].parse().unwrap()));
+        by_judge.entry(f[1].to_owned()).or_default().push((
+            format!("{} ({tokens} tokens)", f[0]),
+            f[2].parse().unwrap(),
+            f[6].parse().unwrap(),
+        ));
     }
     let (gguf, hub) = (&by_judge["gguf"], &by_judge["hub"]);
     assert_eq!(gguf.len(), 5);
     assert_eq!(hub.len(), 5);
     for ((id_a, p_a, mass_a), (id_b, p_b, mass_b)) in gguf.iter().zip(hub) {
         assert_eq!(id_a, id_b);
-        assert!((p_a - p_b).abs() < 1e-4 && (mass_a - mass_b).abs() < 1e-4, "{id_a}: gguf {p_a}/{mass_a}, hub {p_b}/{mass_b}");
+        assert!(
+            (p_a - p_b).abs() < 1e-4 && (mass_a - mass_b).abs() < 1e-4,
+            "{id_a}: gguf {p_a}/{mass_a}, hub {p_b}/{mass_b}"
+        );
     }
     let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/manifest.json")).unwrap()).unwrap();
     let hash = m["judges"][1]["model_sha256"].as_str().unwrap();
     assert!(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()), "model directory hash {hash}");
+}
+
+/// mistral.rs 0.8.1 never evicts its prefix cache in CPU memory; the judge empties it
+/// every 16 judgments. Results with the cache and across its flushes are those of a run
+/// without it (two requests in flight); the cache with batching is refused up front.
+#[test]
+fn prefix_cache_flushes_keep_the_verdicts_of_a_run_without_it() {
+    let read = |dir: &Path| -> std::collections::BTreeMap<String, f64> {
+        lines(&dir.join("out/judgments.csv"))[1..]
+            .iter()
+            .map(|r| {
+                let f: Vec<&str> = r.split(',').collect();
+                (f[0].to_owned(), f[2].parse().unwrap())
+            })
+            .collect()
+    };
+    let mut results = Vec::new();
+    for prefix_cache in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), 36);
+        let runtime = if prefix_cache {
+            "max_concurrency: 1, prefix_cache: true"
+        } else {
+            "max_concurrency: 2, prefix_cache: false"
+        };
+        let text = fs::read_to_string(&cfg).unwrap().replace("max_concurrency: 2, prefix_cache: false", runtime);
+        fs::write(&cfg, text).unwrap();
+        let out = jury(&["run", cfg.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let flushes = judge_manifest(dir.path())["prefix_cache_flushes"].as_u64().unwrap();
+        assert_eq!(flushes, if prefix_cache { 2 } else { 0 }, "36 judgments, a flush every 16");
+        results.push(read(dir.path()));
+    }
+    assert_eq!(results[0].len(), 36);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 4);
+    let text = fs::read_to_string(&cfg).unwrap().replace("prefix_cache: false", "prefix_cache: true");
+    fs::write(&cfg, text).unwrap();
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exp.yaml") && err.contains("max_concurrency: 1"), "{err}");
+    assert_eq!(results[0].keys().collect::<Vec<_>>(), results[1].keys().collect::<Vec<_>>());
+    for (id, p) in &results[0] {
+        assert!((p - results[1][id]).abs() < 1e-3, "{id}: {p} without the prefix cache, {} with it", results[1][id]);
+    }
 }

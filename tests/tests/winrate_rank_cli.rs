@@ -59,8 +59,11 @@ fn winrate_calibrates_a_biased_evaluator_pool_and_refuses_what_it_cannot_know() 
     let (out, json) = winrate(dir.path(), &file, "bwrs", "in-dist:0.1");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pair = &json.unwrap()["pairs"][0];
-    let (human, est, obs) =
-        (pair["human_win_rate"].as_f64().unwrap(), pair["estimate"].as_f64().unwrap(), pair["observed"].as_f64().unwrap());
+    let (human, est, obs) = (
+        pair["human_win_rate"].as_f64().unwrap(),
+        pair["estimate"].as_f64().unwrap(),
+        pair["observed"].as_f64().unwrap(),
+    );
     assert_eq!(pair["n_revealed_labels"], 100);
     assert!((est - human).abs() < 0.06, "bwrs {est} vs human {human}");
     assert!((obs - 0.25).abs() < 0.03, "observed {obs}");
@@ -164,7 +167,8 @@ fn rank_sim_reproduces_the_papers_multiple_choice_table() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let sim: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("rank-sim.json")).unwrap()).unwrap();
     // The paper's Table 2 RBO (mean, std) of FTR and GTR at best accuracy 50/70/90%.
-    let paper = [(0.5, (0.832, 0.22), (0.723, 0.19)), (0.7, (0.927, 0.15), (0.833, 0.14)), (0.9, (0.981, 0.08), (0.919, 0.09))];
+    let paper =
+        [(0.5, (0.832, 0.22), (0.723, 0.19)), (0.7, (0.927, 0.15), (0.833, 0.14)), (0.9, (0.981, 0.08), (0.919, 0.09))];
     for (row, (best, ftr, gtr)) in sim["rows"].as_array().unwrap().iter().zip(paper) {
         assert_eq!(row["best"].as_f64().unwrap(), best);
         for (name, (mean, std)) in [("ftr", ftr), ("gtr", gtr)] {
@@ -179,8 +183,21 @@ fn ftr_degrades_less_than_mca_under_noisy_equality() {
     let dir = tempfile::tempdir().unwrap();
     // The paper's Figure 4 setting: 10 models, 50 questions.
     let out = jury(&[
-        "rank-sim", "--models", "10", "--questions", "50", "--options", "10", "--best", "0.7,0.9", "--noise", "0,0.3",
-        "--trials", "20", "--out", path_str(dir.path()),
+        "rank-sim",
+        "--models",
+        "10",
+        "--questions",
+        "50",
+        "--options",
+        "10",
+        "--best",
+        "0.7,0.9",
+        "--noise",
+        "0,0.3",
+        "--trials",
+        "20",
+        "--out",
+        path_str(dir.path()),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let sim: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("rank-sim.json")).unwrap()).unwrap();
@@ -214,7 +231,12 @@ fn rank_with_a_real_llm_evaluation_resumes_from_its_cache() {
     let small: String = demo
         .lines()
         .enumerate()
-        .filter(|(i, l)| *i == 0 || ((l.starts_with("q1,") || l.starts_with("q2,")) && !l.ends_with("model-d") && !l.contains(",model-d,")))
+        .filter(|(i, l)| {
+            *i == 0
+                || ((l.starts_with("q1,") || l.starts_with("q2,"))
+                    && !l.ends_with("model-d")
+                    && !l.contains(",model-d,"))
+        })
         .map(|(_, l)| format!("{l}\n"))
         .collect();
     let file = dir.path().join("responses.csv");
@@ -236,9 +258,11 @@ fn rank_with_a_real_llm_evaluation_resumes_from_its_cache() {
     ];
     let first = jury(&args);
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
-    let read = || -> Value { serde_json::from_str(&fs::read_to_string(out_dir.join("ranking.json")).unwrap()).unwrap() };
+    let read =
+        || -> Value { serde_json::from_str(&fs::read_to_string(out_dir.join("ranking.json")).unwrap()).unwrap() };
     let r = read();
-    let mut models: Vec<String> = r["ranking"].as_array().unwrap().iter().map(|x| x["model"].as_str().unwrap().to_owned()).collect();
+    let mut models: Vec<String> =
+        r["ranking"].as_array().unwrap().iter().map(|x| x["model"].as_str().unwrap().to_owned()).collect();
     let order = models.clone();
     models.sort();
     assert_eq!(models, ["model-a", "model-b", "model-c"], "a permutation of the three models");
@@ -259,6 +283,7 @@ fn rank_with_a_real_llm_evaluation_resumes_from_its_cache() {
     let second = jury(&args);
     assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
     assert_eq!(fs::read_to_string(out_dir.join("cache.jsonl")).unwrap(), cached, "nothing re-asked or duplicated");
-    let again: Vec<String> = read()["ranking"].as_array().unwrap().iter().map(|x| x["model"].as_str().unwrap().to_owned()).collect();
+    let again: Vec<String> =
+        read()["ranking"].as_array().unwrap().iter().map(|x| x["model"].as_str().unwrap().to_owned()).collect();
     assert_eq!(again, order, "the same ranking from the same cached judgments and seed");
 }

@@ -180,7 +180,12 @@ mod tests {
         std::fs::remove_file(model.join("model.safetensors")).unwrap();
         std::os::unix::fs::symlink(blobs.join(&name), model.join("model.safetensors")).unwrap();
         let linked = dir_sha256(&model).unwrap();
-        let by_name = key(&[b"config.json", file_sha256(&model.join("config.json")).unwrap().as_bytes(), b"model.safetensors", name.as_bytes()]);
+        let by_name = key(&[
+            b"config.json",
+            file_sha256(&model.join("config.json")).unwrap().as_bytes(),
+            b"model.safetensors",
+            name.as_bytes(),
+        ]);
         assert_eq!(linked, by_name);
         assert!(matches!(dir_sha256(&dir.path().join("missing")), Err(CacheError::Io { .. })));
     }

@@ -346,11 +346,7 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
                 let shown = if c == 2 { &row[1..] } else { &row[..] };
                 shown.iter().for_each(|p| line.push_str(&format!(",{p:.6}")));
                 // Binary: P(positive) > 0.5; C classes: argmax, lowest class on ties.
-                let label = if c == 2 {
-                    usize::from(row[1] > 0.5)
-                } else {
-                    jury_core::argmax(row)
-                };
+                let label = if c == 2 { usize::from(row[1] > 0.5) } else { jury_core::argmax(row) };
                 line.push_str(&format!(",{label}"));
             }
             let (mean, std) =

@@ -49,7 +49,8 @@ impl LlmEvaluation {
         }
         let template = Template::load(cfg.template)?;
         let model_sha256 = file_sha256(cfg.gguf)?;
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+        let rt =
+            tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
         let name = cfg.gguf.file_stem().map_or("llm".into(), |s| s.to_string_lossy().into_owned());
         let judge_cfg = JudgeConfig {
             name,
@@ -68,7 +69,19 @@ impl LlmEvaluation {
             ProgressStyle::with_template("{spinner} LLM judgments: {pos} ({per_sec}) {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        Ok(Self { rt, judge, model_sha256, cache, prompts, cells, both_orders: cfg.both_orders, bar, scored: 0, from_cache: 0, failed: None })
+        Ok(Self {
+            rt,
+            judge,
+            model_sha256,
+            cache,
+            prompts,
+            cells,
+            both_orders: cfg.both_orders,
+            bar,
+            scored: 0,
+            from_cache: 0,
+            failed: None,
+        })
     }
 
     /// P(answer A agrees better with the reference), through the cache.

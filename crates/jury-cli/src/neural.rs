@@ -213,7 +213,9 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
             record.extend(row.iter().flat_map(|f| f.to_le_bytes()));
         }
         use std::io::Write;
-        out.write_all(&record).and_then(|()| out.flush()).with_context(|| format!("appending to {}", partial.display()))?;
+        out.write_all(&record)
+            .and_then(|()| out.flush())
+            .with_context(|| format!("appending to {}", partial.display()))?;
         for (&i, row) in chunk.iter().zip(x) {
             rows[i] = Some(row);
         }
@@ -379,18 +381,22 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     bar.finish_and_clear();
                     continue;
                 }
-                let mut keep = |epoch: usize, loss: f64, post: Vec<f32>, slopes: &dyn Fn() -> Result<Vec<f32>, jury_neural::NeuralError>| {
-                    let dev_acc = share_correct(&post, &dev, labels);
-                    eprintln!(
-                        "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
-                        method.name()
-                    );
-                    if best.as_ref().is_none_or(|b| dev_acc > b.0) {
-                        let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { slopes()? };
-                        best = Some((dev_acc, lambda, epoch, post, slopes));
-                    }
-                    Ok(())
-                };
+                let mut keep =
+                    |epoch: usize,
+                     loss: f64,
+                     post: Vec<f32>,
+                     slopes: &dyn Fn() -> Result<Vec<f32>, jury_neural::NeuralError>| {
+                        let dev_acc = share_correct(&post, &dev, labels);
+                        eprintln!(
+                            "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
+                            method.name()
+                        );
+                        if best.as_ref().is_none_or(|b| dev_acc > b.0) {
+                            let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { slopes()? };
+                            best = Some((dev_acc, lambda, epoch, post, slopes));
+                        }
+                        Ok(())
+                    };
                 if c == 2 {
                     skill::train(&x, &data, &cfg, |epoch, loss, model| {
                         keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x))
@@ -445,11 +451,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
 fn share_correct(post: &[f32], idx: &[usize], labels: &Labels) -> f64 {
     let width = post.len() / labels.len().max(1);
     let predict = |i: usize| {
-        if width <= 1 {
-            usize::from(post[i] > 0.5)
-        } else {
-            jury_core::argmax(&post[i * width..(i + 1) * width])
-        }
+        if width <= 1 { usize::from(post[i] > 0.5) } else { jury_core::argmax(&post[i * width..(i + 1) * width]) }
     };
     let right = idx.iter().filter(|&&i| Some(predict(i)) == labels.get(i)).count();
     right as f64 / idx.len().max(1) as f64

@@ -106,7 +106,9 @@ impl EvalKind {
         match s {
             "rouge2" => Ok(EvalKind::Rouge2),
             "equal" => Ok(EvalKind::Equal),
-            other => bail!("--eval: unknown evaluation `{other}` (expected rouge2, equal, noisy-equal:P or llm:MODEL.gguf)"),
+            other => {
+                bail!("--eval: unknown evaluation `{other}` (expected rouge2, equal, noisy-equal:P or llm:MODEL.gguf)")
+            }
         }
     }
 
@@ -140,14 +142,20 @@ pub fn run(args: Args) -> Result<()> {
         models.remove(i);
         cells.remove(i)
     });
-    let responses = Responses::new(models.clone(), cells.clone()).with_context(|| args.responses.display().to_string())?;
+    let responses =
+        Responses::new(models.clone(), cells.clone()).with_context(|| args.responses.display().to_string())?;
     let ranking = match &eval_kind {
         EvalKind::Llm(gguf) => {
             if method == Method::Mca {
-                bail!("--method mca needs a similarity to a consensus answer; an LLM judge only compares pairs (use gtr or ftr)");
+                bail!(
+                    "--method mca needs a similarity to a consensus answer; an LLM judge only compares pairs (use gtr or ftr)"
+                );
             }
             let Some(texts) = table.prompt_texts.clone() else {
-                bail!("--eval llm: {} has no `prompt` column (the LLM judge needs each prompt's text)", args.responses.display());
+                bail!(
+                    "--eval llm: {} has no `prompt` column (the LLM judge needs each prompt's text)",
+                    args.responses.display()
+                );
             };
             let cfg = LlmEvalConfig {
                 gguf,
@@ -276,12 +284,16 @@ const PAPER_TABLE2: [(f64, [(f64, f64); 3]); 4] = [
 
 pub fn run_sim(args: SimArgs) -> Result<()> {
     let list = |s: &str, what: &str| -> Result<Vec<f64>> {
-        s.split(',').map(|x| x.trim().parse::<f64>().with_context(|| format!("--{what}: `{x}` is not a number"))).collect()
+        s.split(',')
+            .map(|x| x.trim().parse::<f64>().with_context(|| format!("--{what}: `{x}` is not a number")))
+            .collect()
     };
     let bests = list(&args.best, "best")?;
     let noises = list(&args.noise, "noise")?;
     let counts = |s: &str, what: &str| -> Result<Vec<usize>> {
-        s.split(',').map(|x| x.trim().parse::<usize>().with_context(|| format!("--{what}: `{x}` is not a count"))).collect()
+        s.split(',')
+            .map(|x| x.trim().parse::<usize>().with_context(|| format!("--{what}: `{x}` is not a count")))
+            .collect()
     };
     let (models, questions, options) =
         (counts(&args.models, "models")?, counts(&args.questions, "questions")?, counts(&args.options, "options")?);

@@ -100,10 +100,12 @@ pub struct Runtime {
 
 impl Default for Runtime {
     fn default() -> Self {
-        // Prefix caching is off by default: in mistral.rs 0.8.1 on a CPU its cache grows
-        // without bound (measured: about 75 MB more resident memory per judgment with
-        // SmolLM2-135M; a three-judge run was killed by the OOM killer at 24 GB).
-        Self { dequantize: true, prefix_cache: false, max_concurrency: 4, max_prompt_tokens: 2048, dump_prompts: false }
+        // One request at a time with the prefix cache: measured here on 40 TruthfulQA
+        // prompts (Qwen2.5-Coder-0.5B, docs/benchmarks.md), 71 s one at a time, 141 s
+        // with 4 in flight (mistral.rs 0.8.1 batches slower than it runs one by one on
+        // a CPU), 56 s with the prefix cache. The judge bounds the cache's memory itself
+        // (`jury_judge::Judge` flushes it every 16 judgments on a CPU).
+        Self { dequantize: true, prefix_cache: true, max_concurrency: 1, max_prompt_tokens: 2048, dump_prompts: false }
     }
 }
 
@@ -120,13 +122,26 @@ fn read_experiment(path: &Path) -> Result<Experiment> {
     if exp.judges.is_empty() {
         bail!("{}: `judges` is empty", path.display());
     }
+    if exp.runtime.prefix_cache && exp.runtime.max_concurrency > 1 {
+        // mistral.rs 0.8.1 panics batching sequences restored from its prefix cache
+        // ("shape mismatch on dim 2, 512 <> 1024" in kv_cache/mod.rs, seen here with 8
+        // requests in flight), which takes the whole engine down.
+        bail!(
+            "{}: runtime: `prefix_cache: true` needs `max_concurrency: 1` (mistral.rs 0.8.1 crashes batching cached prefixes); set one of them",
+            path.display()
+        );
+    }
     for j in &exp.judges {
         if j.gguf.is_some() == j.model_id.is_some() {
             bail!("{}: judge `{}`: give exactly one of `gguf` and `model_id`", path.display(), j.name);
         }
         if let Some(dir) = &j.tokenizer {
             if j.gguf.is_none() {
-                bail!("{}: judge `{}`: `tokenizer` goes with `gguf` (a model directory has its own)", path.display(), j.name);
+                bail!(
+                    "{}: judge `{}`: `tokenizer` goes with `gguf` (a model directory has its own)",
+                    path.display(),
+                    j.name
+                );
             }
             if !dir.join("tokenizer.json").is_file() {
                 bail!(
@@ -246,8 +261,9 @@ pub fn run(exp: Experiment) -> Result<()> {
         let load_seconds = load_start.elapsed().as_secs_f64();
         let model_hash = match &entry.model_id {
             Some(id) => match jury_judge::local_model_dir(id) {
-                Some(dir) => jury_cache::dir_sha256(&dir)
-                    .with_context(|| format!("judge `{}`: hashing the model directory {}", entry.name, dir.display()))?,
+                Some(dir) => jury_cache::dir_sha256(&dir).with_context(|| {
+                    format!("judge `{}`: hashing the model directory {}", entry.name, dir.display())
+                })?,
                 None => format!("model-id:{id}"),
             },
             None => model_hash,
@@ -291,6 +307,7 @@ pub fn run(exp: Experiment) -> Result<()> {
         manifest_judges.push(serde_json::json!({
             "name": entry.name, "model_sha256": model_hash, "engine": judge.engine(), "load_seconds": load_seconds,
             "judge_seconds": summary.seconds, "scored": summary.scored, "from_cache": summary.from_cache,
+            "prefix_cache_flushes": judge.prefix_cache_flushes(),
             "verdict_token_ids": {"positive": pos, "negative": neg, "tie": tie},
         }));
         summaries.push(summary);
@@ -376,7 +393,10 @@ mod tests {
     fn contexts_put_short_fields_first_and_quote_csv() {
         let e = Example {
             id: "q,1".into(),
-            fields: BTreeMap::from([("answer".into(), "Paris".into()), ("question".into(), "What is the capital?".into())]),
+            fields: BTreeMap::from([
+                ("answer".into(), "Paris".into()),
+                ("question".into(), "What is the capital?".into()),
+            ]),
             label: Some(1),
         };
         assert_eq!(contexts_csv(&[e]), "example_id,text\n\"q,1\",Paris || What is the capital?\n");

@@ -15,8 +15,8 @@ use jury_io::{ComparisonRow, read_comparisons, write_atomic};
 use jury_winrate::{
     AccuracyPrior, Confusion, Outcome, PairVotes, SamplingConfig, bayesian_dawid_skene, bwrs, observed,
 };
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
@@ -97,7 +97,9 @@ pub fn run(args: Args) -> Result<()> {
     let keep: Option<Vec<&str>> = args.evaluators.as_deref().map(|s| s.split(',').map(str::trim).collect());
     let filter = |rows: Vec<ComparisonRow>| -> Vec<ComparisonRow> {
         match &keep {
-            Some(k) => rows.into_iter().filter(|r| r.evaluator == args.human || k.contains(&r.evaluator.as_str())).collect(),
+            Some(k) => {
+                rows.into_iter().filter(|r| r.evaluator == args.human || k.contains(&r.evaluator.as_str())).collect()
+            }
             None => rows,
         }
     };
@@ -146,7 +148,10 @@ pub fn run(args: Args) -> Result<()> {
             }
             Method::BayesianDs => {
                 let priors: Vec<AccuracyPrior> = match &ood_counts {
-                    Some(c) => c.iter().map(|&c| if c.total() > 0 { AccuracyPrior::from_counts(c) } else { AccuracyPrior::weak() }).collect(),
+                    Some(c) => c
+                        .iter()
+                        .map(|&c| if c.total() > 0 { AccuracyPrior::from_counts(c) } else { AccuracyPrior::weak() })
+                        .collect(),
                     None => vec![AccuracyPrior::weak(); pair.votes.evaluators().len()],
                 };
                 let bar = ProgressBar::new((cfg.burn_in + cfg.draws) as u64).with_style(
@@ -289,7 +294,8 @@ fn group(rows: &[ComparisonRow], human: &str) -> Result<Vec<Pair>> {
         }
         let votes = votes.into_iter().map(|row| keep.iter().map(|&e| row[e]).collect()).collect();
         let evaluators = keep.iter().map(|&e| names[e].to_owned()).collect();
-        let votes = PairVotes::new(evaluators, votes).with_context(|| format!("generator pair {} vs {}", key.0, key.1))?;
+        let votes =
+            PairVotes::new(evaluators, votes).with_context(|| format!("generator pair {} vs {}", key.0, key.1))?;
         pairs.push(Pair { g0: key.0, g1: key.1, votes, human: labels });
     }
     Ok(pairs)
@@ -334,4 +340,3 @@ fn same_generators(a: &Pair, b: &Pair) -> bool {
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
-

@@ -42,8 +42,9 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<ComparisonRow>, IoError> {
             generator_0: text(&g0),
             generator_1: text(&g1),
             evaluator: text(&evaluators),
-            vote: parse_vote(vote)
-                .ok_or_else(|| t.field_err(i, "vote", format!("`{}` is not 0, 1, tie or empty", vote.unwrap_or_default())))?,
+            vote: parse_vote(vote).ok_or_else(|| {
+                t.field_err(i, "vote", format!("`{}` is not 0, 1, tie or empty", vote.unwrap_or_default()))
+            })?,
         };
         if row.generator_0 == row.generator_1 {
             return Err(t.field_err(i, "generator_1", "the same generator as generator_0"));
@@ -53,7 +54,12 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<ComparisonRow>, IoError> {
             return Err(t.field_err(
                 i,
                 "evaluator",
-                format!("a second vote by `{}` on comparison `{}` (first at {})", row.evaluator, row.comparison_id, t.format.locate(first)),
+                format!(
+                    "a second vote by `{}` on comparison `{}` (first at {})",
+                    row.evaluator,
+                    row.comparison_id,
+                    t.format.locate(first)
+                ),
             ));
         }
         out.push(row);

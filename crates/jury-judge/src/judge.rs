@@ -182,6 +182,10 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig) -> anyhow::Result<
     Ok(Model::new(runner))
 }
 
+/// Judgments between two flushes of mistral.rs's prefix cache on a CPU (see
+/// [`Judge::flush_prefix_cache`]); the same bound mistral.rs keeps on an accelerator.
+const PREFIX_CACHE_FLUSH_EVERY: usize = 16;
+
 /// A loaded judge.
 pub struct Judge {
     cfg: JudgeConfig,
@@ -193,6 +197,15 @@ pub struct Judge {
     tie: Vec<u32>,
     next_id: AtomicUsize,
     engine: String,
+    /// Whether mistral.rs keeps this judge's prefix cache in CPU memory, where it never
+    /// evicts it.
+    flush_prefix_cache: bool,
+    /// Judgments since the last flush.
+    since_flush: AtomicUsize,
+    flushes: AtomicUsize,
+    /// Scoring requests hold it shared; a flush holds it alone, so that no other request
+    /// is in the engine's batch when the flush request fails on purpose.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl Judge {
@@ -218,6 +231,7 @@ impl Judge {
             }
         };
         let engine = engine_fingerprint(&cfg.source);
+        let flush_prefix_cache = cfg.prefix_cache && !on_accelerator();
         let mut judge = Judge {
             cfg,
             template,
@@ -228,6 +242,10 @@ impl Judge {
             tie: Vec::new(),
             next_id: AtomicUsize::new(0),
             engine,
+            flush_prefix_cache,
+            since_flush: AtomicUsize::new(0),
+            flushes: AtomicUsize::new(0),
+            gate: tokio::sync::RwLock::new(()),
         };
         judge.prefix = judge.tokenize_text(&judge.template.answer_prefix.clone()).await?;
         judge.positive = judge.variant_ids(&judge.template.positive.clone()).await?;
@@ -259,6 +277,12 @@ impl Judge {
     /// Token ids read as each verdict (positive, negative, tie).
     pub fn verdict_ids(&self) -> (&[u32], &[u32], &[u32]) {
         (&self.positive, &self.negative, &self.tie)
+    }
+
+    /// How many times this judge emptied mistral.rs's prefix cache (CPU runs with
+    /// `prefix_cache` on; see [`Judge::flush_prefix_cache`]).
+    pub fn prefix_cache_flushes(&self) -> usize {
+        self.flushes.load(Ordering::SeqCst)
     }
 
     fn engine_err(&self, e: impl std::fmt::Display) -> JudgeError {
@@ -349,33 +373,88 @@ impl Judge {
             }
             Ok(logits.clone())
         };
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
-        let mut params = SamplingParams::deterministic();
-        params.max_len = Some(1);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut req = NormalRequest::new_simple(RequestMessage::CompletionTokens(tokens), params, tx, id, None, None);
-        req.logits_processors = Some(vec![Arc::new(processor)]);
-        let sender = self.model.inner().get_sender(None).map_err(|e| self.engine_err(e))?;
-        sender.send(Request::Normal(Box::new(req))).await.map_err(|e| self.engine_err(e))?;
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
-        loop {
-            match rx.recv().await {
-                Some(Response::CompletionDone(_)) | Some(Response::Done(_)) => break,
-                Some(Response::CompletionModelError(e, _)) | Some(Response::ModelError(e, _)) => return Err(ex_err(e)),
-                Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
-                    return Err(ex_err(e.to_string()));
-                }
-                Some(_) => continue,
-                None => return Err(ex_err("the engine closed the response channel".into())),
-            }
+        let outcome = {
+            let _shared = self.gate.read().await;
+            self.request(tokens, Arc::new(processor)).await?
+        };
+        if let Err(reason) = outcome {
+            return Err(ex_err(reason));
         }
         let logits =
             slot.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| ex_err("no logits were captured".into()))?;
         let mut v = verdict_from_logits(&logits, &self.positive, &self.negative, &self.tie);
         v.n_tokens = n_tokens;
+        if self.flush_prefix_cache && self.since_flush.fetch_add(1, Ordering::SeqCst) + 1 >= PREFIX_CACHE_FLUSH_EVERY {
+            self.flush_prefix_cache().await?;
+        }
         Ok(v)
     }
+
+    /// Sends one single-step request and waits for its end: `Ok(Err(reason))` when the
+    /// engine reports a model error for it, `Err` when the engine cannot be reached.
+    async fn request(
+        &self,
+        tokens: Vec<u32>,
+        processor: Arc<dyn mistralrs::CustomLogitsProcessor>,
+    ) -> Result<Result<(), String>, JudgeError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let mut params = SamplingParams::deterministic();
+        params.max_len = Some(1);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut req = NormalRequest::new_simple(RequestMessage::CompletionTokens(tokens), params, tx, id, None, None);
+        req.logits_processors = Some(vec![processor]);
+        let sender = self.model.inner().get_sender(None).map_err(|e| self.engine_err(e))?;
+        sender.send(Request::Normal(Box::new(req))).await.map_err(|e| self.engine_err(e))?;
+        loop {
+            match rx.recv().await {
+                Some(Response::CompletionDone(_)) | Some(Response::Done(_)) => return Ok(Ok(())),
+                Some(Response::CompletionModelError(e, _)) | Some(Response::ModelError(e, _)) => return Ok(Err(e)),
+                Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => return Ok(Err(e.to_string())),
+                Some(_) => continue,
+                None => return Ok(Err("the engine closed the response channel".into())),
+            }
+        }
+    }
+
+    /// Empties mistral.rs's prefix cache. mistral.rs 0.8.1 stores the KV cache of every
+    /// finished sequence and evicts only caches that are not in CPU memory
+    /// (`PrefixCacheManagerV2::evict_caches`), so on a CPU the cache grows without bound
+    /// (about 75 MB per judgment for SmolLM2-135M). Its one way to drop CPU caches is
+    /// the forward-error path, which calls `evict_all_caches`: this sends a request
+    /// whose logits processor fails, alone in the engine (the gate is held exclusively,
+    /// so no other judgment shares its batch and fails with it). The next judgment after
+    /// a flush computes its prompt in full and seeds the cache again.
+    async fn flush_prefix_cache(&self) -> Result<(), JudgeError> {
+        let _alone = self.gate.write().await;
+        // Another request may have flushed while this one waited for the gate.
+        if self.since_flush.load(Ordering::SeqCst) < PREFIX_CACHE_FLUSH_EVERY {
+            return Ok(());
+        }
+        let fail = |_logits: &Tensor, _context: &[u32]| -> mistralrs::Result<Tensor> {
+            Err(candle_core::Error::Msg(FLUSH_MARKER.into()))
+        };
+        let tokens = self.prefix.first().map(|&t| vec![t]).unwrap_or_else(|| vec![0]);
+        match self.request(tokens, Arc::new(fail)).await? {
+            Err(reason) if reason.contains(FLUSH_MARKER) => {
+                self.since_flush.store(0, Ordering::SeqCst);
+                self.flushes.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(reason) => Err(self.engine_err(format!("prefix-cache flush failed: {reason}"))),
+            Ok(()) => Err(self.engine_err("prefix-cache flush request did not reach the model")),
+        }
+    }
+}
+
+/// The error text of a deliberate prefix-cache flush.
+const FLUSH_MARKER: &str = "jury: prefix-cache flush";
+
+/// Whether judges run on an accelerator, where mistral.rs evicts its prefix cache
+/// itself: a `cuda` build on a machine with a GPU.
+fn on_accelerator() -> bool {
+    cfg!(feature = "cuda") && mistralrs::best_device(false).map(|d| !d.is_cpu()).unwrap_or(false)
 }
 
 #[cfg(test)]

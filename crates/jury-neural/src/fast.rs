@@ -123,7 +123,11 @@ impl CustomOp2 for MaskedSoftmax {
         let scale = self.0;
         out.par_chunks_mut(t).zip(s.par_chunks(t)).enumerate().for_each(|(row, (o, x))| {
             let m = &mask[(row / (h * q)) * t..][..t];
-            let max = lanes(x.iter().zip(m).map(|(&v, &m)| if m > 0.5 { v } else { f32::NEG_INFINITY }), f32::NEG_INFINITY, |a, b| if b > a { b } else { a });
+            let max = lanes(
+                x.iter().zip(m).map(|(&v, &m)| if m > 0.5 { v } else { f32::NEG_INFINITY }),
+                f32::NEG_INFINITY,
+                |a, b| if b > a { b } else { a },
+            );
             if max == f32::NEG_INFINITY {
                 return;
             }

@@ -28,7 +28,13 @@ pub(crate) struct Head {
 }
 
 impl Head {
-    pub(crate) fn new(h: usize, classes: usize, width: usize, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
+    pub(crate) fn new(
+        h: usize,
+        classes: usize,
+        width: usize,
+        rng: &mut ChaCha8Rng,
+        dev: &Device,
+    ) -> Result<Self, NeuralError> {
         let hidden = if width > 0 {
             let w = init(rng, (h, width), (1.0 / h as f64).sqrt(), dev)?;
             Some((w, Var::from_tensor(&Tensor::zeros((1, width), DType::F32, dev)?)?))

@@ -46,7 +46,14 @@ pub struct MultiModel {
 }
 
 impl MultiModel {
-    pub fn new(h: usize, k: usize, c: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
+    pub fn new(
+        h: usize,
+        k: usize,
+        c: usize,
+        cfg: &TrainConfig,
+        rng: &mut ChaCha8Rng,
+        dev: &Device,
+    ) -> Result<Self, NeuralError> {
         let head = Head::new(h, c, cfg.hidden, rng, dev)?;
         let conf_w = match cfg.method {
             Method::SkillAggX => Some(init(rng, (h, k * c * c), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
@@ -54,7 +61,8 @@ impl MultiModel {
         };
         // A diagonal logit d with off-diagonal 0 gives P(correct) = e^d / (e^d + C - 1).
         let d = (cfg.skill_init * (c as f64 - 1.0) / (1.0 - cfg.skill_init)).ln() as f32;
-        let bias: Vec<f32> = (0..k * c * c).map(|i| if (i % (c * c)).is_multiple_of(c + 1) { d } else { 0.0 }).collect();
+        let bias: Vec<f32> =
+            (0..k * c * c).map(|i| if (i % (c * c)).is_multiple_of(c + 1) { d } else { 0.0 }).collect();
         let conf_b = Var::from_tensor(&Tensor::from_vec(bias, (1, k * c * c), dev)?)?;
         let eye: Vec<f32> = (0..c * c).map(|i| if i.is_multiple_of(c + 1) { 1.0 } else { 0.0 }).collect();
         let eye = Tensor::from_vec(eye, (1, 1, c, c), dev)?;
@@ -210,11 +218,7 @@ mod tests {
     }
 
     fn accuracy(post: &[f32], labels: &[usize]) -> f64 {
-        let right = post
-            .chunks(3)
-            .zip(labels)
-            .filter(|(row, l)| argmax(row) == **l)
-            .count();
+        let right = post.chunks(3).zip(labels).filter(|(row, l)| argmax(row) == **l).count();
         right as f64 / labels.len() as f64
     }
 
@@ -224,7 +228,8 @@ mod tests {
         let (x, y, present, labels) = jury(6000, &acc, 1);
         let data = MultiData { n: 6000, k: 4, c: 3, y: &y, present: &present };
         let model = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
-        let conf: Vec<f32> = model.confusion(&x.narrow(0, 0, 1).unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let conf: Vec<f32> =
+            model.confusion(&x.narrow(0, 0, 1).unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for (j, &a) in acc.iter().enumerate() {
             for class in 0..3 {
                 let row = &conf[j * 9 + class * 3..j * 9 + class * 3 + 3];
@@ -234,7 +239,10 @@ mod tests {
         }
         let (yt, mt) = tensors(&data, Method::SkillAgg, &Device::Cpu).unwrap();
         let post = model.posterior(&x, &yt, &mt).unwrap();
-        assert!(post.chunks(3).all(|r| r.iter().all(|p| (0.0..=1.0).contains(p)) && (r.iter().sum::<f32>() - 1.0).abs() < 1e-4));
+        assert!(
+            post.chunks(3)
+                .all(|r| r.iter().all(|p| (0.0..=1.0).contains(p)) && (r.iter().sum::<f32>() - 1.0).abs() < 1e-4)
+        );
         assert!(accuracy(&post, &labels) > 0.95, "accuracy {}", accuracy(&post, &labels));
     }
 
@@ -260,7 +268,8 @@ mod tests {
             let norms = m.grad_norms(&x, &yt, &mt, 0.5).unwrap();
             // Train-on-MV has no confusion parameters: head weight and bias, hidden layer.
             let reached: Vec<bool> = norms.iter().map(|&g| g > 0.0).collect();
-            let want = if method == Method::TrainOnMv { vec![true, true, false, true, true] } else { vec![true; norms.len()] };
+            let want =
+                if method == Method::TrainOnMv { vec![true, true, false, true, true] } else { vec![true; norms.len()] };
             assert_eq!(reached, want, "{method:?}: {norms:?}");
             let again = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
             assert_eq!(m.posterior(&x, &yt, &mt).unwrap(), again.posterior(&x, &yt, &mt).unwrap());

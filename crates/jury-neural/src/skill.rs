@@ -280,7 +280,8 @@ mod tests {
         let truth = [(0.8, 0.8), (0.7, 0.75)];
         let (x, y, present, _) = jury(512, &truth, 4);
         let data = JuryData { n: 512, k: 2, y: &y, present: &present };
-        let m = train(&x, &data, &TrainConfig { epochs: 2, ..cfg(Method::SkillAgg, 0.0, 1) }, |_, _, _| Ok(())).unwrap();
+        let m =
+            train(&x, &data, &TrainConfig { epochs: 2, ..cfg(Method::SkillAgg, 0.0, 1) }, |_, _, _| Ok(())).unwrap();
         let (xt, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
         let softened = ((yt.clone() * 0.4).unwrap() + 0.3).unwrap(); // 1 -> 0.7, 0 -> 0.3
         assert_eq!(m.posterior(&xt, &yt, &mt).unwrap(), m.posterior(&xt, &softened, &mt).unwrap());

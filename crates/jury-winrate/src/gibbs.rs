@@ -244,7 +244,13 @@ mod tests {
         let known = reveal(&human, 0.5);
         let a = run(&votes, &known, &[AccuracyPrior::weak(); 2], 4);
         let est = a.estimate().cloned().unwrap();
-        assert!(est.mean.is_finite() && (0.0..=1.0).contains(&est.lo) && est.lo <= est.mean && est.mean <= est.hi && est.hi <= 1.0);
+        assert!(
+            est.mean.is_finite()
+                && (0.0..=1.0).contains(&est.lo)
+                && est.lo <= est.mean
+                && est.mean <= est.hi
+                && est.hi <= 1.0
+        );
         assert_eq!(a, run(&votes, &known, &[AccuracyPrior::weak(); 2], 4));
     }
 }

@@ -246,7 +246,12 @@ pub(crate) fn interval(draws: &mut [f64], level: f64) -> (f64, f64) {
     (q(tail), q(1.0 - tail))
 }
 
-pub(crate) fn check_len(what: &'static str, got: usize, expected: usize, per: &'static str) -> Result<(), WinRateError> {
+pub(crate) fn check_len(
+    what: &'static str,
+    got: usize,
+    expected: usize,
+    per: &'static str,
+) -> Result<(), WinRateError> {
     if got == expected { Ok(()) } else { Err(WinRateError::Length { what, got, expected, per }) }
 }
 
