@@ -61,6 +61,10 @@ pub struct Args {
     /// Learning rate of the context-dependent methods' heads.
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
+    /// Examples per training step of the context-dependent methods (default 256 with the
+    /// frozen encoder, 32 when fine-tuning it).
+    #[arg(long)]
+    batch: Option<usize>,
     /// Regulariser weights the dev set chooses from (skillagg, skillagg-x).
     #[arg(long, default_value = "0.01,0.1,1")]
     lambdas: String,
@@ -146,6 +150,8 @@ pub struct Options {
     pub lambdas: String,
     pub hidden: usize,
     pub lr: f64,
+    /// Examples per training step; `None`: 256 frozen, 32 fine-tuned.
+    pub batch: Option<usize>,
 }
 
 impl Default for Options {
@@ -169,6 +175,7 @@ impl Default for Options {
             lambdas: "0.01,0.1,1".into(),
             hidden: 0,
             lr: 1e-3,
+            batch: None,
         }
     }
 }
@@ -202,6 +209,7 @@ impl From<&Args> for Options {
             lambdas: a.lambdas.clone(),
             hidden: a.hidden,
             lr: a.lr,
+            batch: a.batch,
         }
     }
 }
@@ -256,6 +264,9 @@ impl Settings {
             if a.seeds == 0 || a.epochs == 0 || a.dev_size == 0 {
                 bail!("--seeds, --epochs and --dev-size must be at least 1");
             }
+            if a.batch == Some(0) {
+                bail!("--batch must be at least 1");
+            }
             if a.split_fields && finetune {
                 bail!("--split-fields takes the frozen encoder (--encoder frozen)");
             }
@@ -271,6 +282,7 @@ impl Settings {
                 lambdas,
                 hidden: a.hidden,
                 lr: a.lr,
+                batch: a.batch.unwrap_or(if finetune { 32 } else { 256 }),
                 embed_cache: crate::neural::default_embed_cache(),
             })
         };

@@ -76,6 +76,8 @@ pub struct NeuralOptions {
     pub lambdas: Vec<f64>,
     pub hidden: usize,
     pub lr: f64,
+    /// Examples per training step.
+    pub batch: usize,
     pub embed_cache: PathBuf,
 }
 
@@ -106,11 +108,24 @@ fn context_texts(j: &Judgments, opts: &NeuralOptions) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Names the fine-tuning checkpoints of one data set (encoder weights, texts, judgments).
+/// Learning rate of the encoder's weights in the fine-tuned mode (the heads take `--lr`).
+const FINETUNE_ENCODER_LR: f64 = 2e-5;
+
+/// Names the fine-tuning checkpoints of one data set and training setup: encoder weights
+/// and code revision, texts, judgments, and every setting that changes a trained epoch
+/// (the epoch count does not: epoch e is the same in a longer run).
 fn finetune_key(j: &Judgments, opts: &NeuralOptions) -> Result<String> {
     let model_sha = jury_cache::file_sha256(&opts.encoder_dir.join("model.safetensors"))?;
     let texts = context_texts(j, opts)?;
-    let mut parts: Vec<Vec<u8>> = vec![model_sha.into_bytes(), opts.max_tokens.to_le_bytes().to_vec()];
+    let setup = format!(
+        "{} max_tokens={} hidden={} lr={} batch={} encoder_lr={FINETUNE_ENCODER_LR}",
+        jury_neural::ENCODER_REVISION,
+        opts.max_tokens,
+        opts.hidden,
+        opts.lr,
+        opts.batch
+    );
+    let mut parts: Vec<Vec<u8>> = vec![model_sha.into_bytes(), setup.into_bytes()];
     parts.extend(texts.into_iter().map(String::into_bytes));
     for n in 0..j.n_examples() {
         for k in 0..j.n_judges() {
@@ -338,12 +353,13 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     seed,
                     hidden: opts.hidden,
                     lr: opts.lr,
+                    batch: opts.batch,
                     ..TrainConfig::default()
                 };
                 if let Some(texts) = &texts {
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     let ft = jury_neural::finetune::FinetuneConfig {
-                        encoder_lr: 2e-5,
+                        encoder_lr: FINETUNE_ENCODER_LR,
                         max_tokens: opts.max_tokens,
                         checkpoints: opts
                             .embed_cache
