@@ -481,3 +481,53 @@ pub fn default_embed_cache() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".cache"))
         .join("jury/embeddings")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fine-tuning run resumes from checkpoints only when nothing that shapes an epoch
+    /// changed: every training setting is in the key, the epoch count is not.
+    #[test]
+    fn finetune_key_changes_with_every_training_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("model.safetensors"), b"weights").unwrap();
+        let contexts = dir.path().join("contexts.csv");
+        std::fs::write(&contexts, "example_id,text\na,first text\nb,second text\n").unwrap();
+        let j = Judgments::from_entries(
+            vec!["a".into(), "b".into()],
+            vec!["j".into()],
+            2,
+            vec![Some(vec![0.3, 0.7]), Some(vec![0.9, 0.1])],
+        )
+        .unwrap();
+        let base = NeuralOptions {
+            contexts,
+            encoder_dir: dir.path().to_owned(),
+            finetune: true,
+            dev_size: 1,
+            seeds: 1,
+            max_tokens: 128,
+            split_fields: false,
+            epochs: 3,
+            lambdas: vec![0.01],
+            hidden: 0,
+            lr: 1e-3,
+            batch: 32,
+            embed_cache: dir.path().join("cache"),
+        };
+        let key = |o: &NeuralOptions| finetune_key(&j, o).unwrap();
+        let k0 = key(&base);
+        assert_eq!(k0, key(&NeuralOptions { epochs: 20, seeds: 5, ..base.clone() }));
+        for changed in [
+            NeuralOptions { batch: 256, ..base.clone() },
+            NeuralOptions { lr: 3e-3, ..base.clone() },
+            NeuralOptions { hidden: 256, ..base.clone() },
+            NeuralOptions { max_tokens: 64, ..base.clone() },
+        ] {
+            assert_ne!(k0, key(&changed));
+        }
+        std::fs::write(dir.path().join("model.safetensors"), b"other weights").unwrap();
+        assert_ne!(k0, key(&base), "new encoder weights");
+    }
+}

@@ -4,18 +4,19 @@
 //!
 //! Invariants: every function here computes what the plain candle expression beside it
 //! computes (tests compare them); none has a backward pass, so callers use them only when
-//! nothing trains through the encoder, and fall back to candle's ops for other devices,
+//! nothing trains through the encoder (`fast_grad` wraps them with backward passes for
+//! fine-tuning), and fall back to candle's ops for other devices,
 //! dtypes or layouts.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Module, Result, Shape, Tensor, bail};
 use candle_nn::Linear;
 use rayon::prelude::*;
 
-fn fast_path(x: &Tensor) -> bool {
+pub(crate) fn fast_path(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
 
-fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+pub(crate) fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     let CpuStorage::F32(v) = s else { bail!("{op} takes f32") };
     match l.contiguous_offsets() {
         Some((start, end)) => Ok(&v[start..end]),
@@ -31,7 +32,7 @@ pub fn linear(linear: &Linear, x: &Tensor) -> Result<Tensor> {
     }
 }
 
-struct FusedLinear;
+pub(crate) struct FusedLinear;
 
 impl CustomOp3 for FusedLinear {
     fn name(&self) -> &'static str {
@@ -106,7 +107,7 @@ pub fn masked_softmax(scores: &Tensor, mask: &Tensor, scale: f64) -> Result<Tens
     candle_nn::ops::softmax_last_dim(&(scores * scale)?.broadcast_add(&bias)?)
 }
 
-struct MaskedSoftmax(f32);
+pub(crate) struct MaskedSoftmax(pub(crate) f32);
 
 impl CustomOp2 for MaskedSoftmax {
     fn name(&self) -> &'static str {
@@ -145,7 +146,7 @@ impl CustomOp2 for MaskedSoftmax {
 /// Folds with 8 independent accumulators (a sequential fold over f32 cannot be
 /// vectorised, since reassociating it changes the result).
 #[inline(always)]
-fn lanes(x: impl Iterator<Item = f32>, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+pub(crate) fn lanes(x: impl Iterator<Item = f32>, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [init; 8];
     for (i, v) in x.enumerate() {
         acc[i % 8] = f(acc[i % 8], v);
@@ -156,7 +157,7 @@ fn lanes(x: impl Iterator<Item = f32>, init: f32, f: impl Fn(f32, f32) -> f32) -
 /// e^x for x in [-87, 0] (Cephes' single-precision polynomial; relative error about
 /// 1e-7): no libm call, so loops over it vectorise.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     // Round to nearest by adding and subtracting 1.5 * 2^23: plain SSE2 arithmetic,
     // where `round()` would be a libm call on the baseline x86-64 target.
     const MAGIC: f32 = 12_582_912.0;
@@ -178,12 +179,12 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     x.gelu_erf()
 }
 
-struct GeluErf;
+pub(crate) struct GeluErf;
 
 /// erf as a rational function of x^2 on [-4, 4] (clamped outside, where |erf| rounds to
 /// 1 in f32): branch- and call-free, so the loop below vectorises.
 #[inline(always)]
-fn erf(x: f32) -> f32 {
+pub(crate) fn erf(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
     let mut p = -2.726_142_3e-10f32;

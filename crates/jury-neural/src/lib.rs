@@ -7,6 +7,7 @@
 
 pub mod bert;
 mod fast;
+mod fast_grad;
 pub mod finetune;
 mod head;
 pub mod multiclass;
