@@ -111,6 +111,11 @@ fn context_texts(j: &Judgments, opts: &NeuralOptions) -> Result<Vec<String>> {
 /// Learning rate of the encoder's weights in the fine-tuned mode (the heads take `--lr`).
 const FINETUNE_ENCODER_LR: f64 = 2e-5;
 
+/// Batches between mid-epoch fine-tuning checkpoints: 1,600 texts at the default batch,
+/// about 10 minutes of MiniLM training on a 2-core CPU (docs/benchmarks.md), so a kill
+/// loses at most that much; writing one (90 MB) takes about a second.
+const FINETUNE_SAVE_EVERY: usize = 50;
+
 /// Names the fine-tuning checkpoints of one data set and training setup: encoder weights
 /// and code revision, texts, judgments, and every setting that changes a trained epoch
 /// (the epoch count does not: epoch e is the same in a longer run).
@@ -360,6 +365,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     let ft = jury_neural::finetune::FinetuneConfig {
                         encoder_lr: FINETUNE_ENCODER_LR,
+                        save_every: FINETUNE_SAVE_EVERY,
                         max_tokens: opts.max_tokens,
                         checkpoints: opts
                             .embed_cache
