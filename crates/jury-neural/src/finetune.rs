@@ -216,27 +216,28 @@ mod tests {
         vm.save(dir.join("model.safetensors")).unwrap();
     }
 
-    #[test]
-    fn a_killed_fine_tuning_resumes_from_its_last_finished_epoch() {
+    /// A tiny model folder and a 40-text, 3-judge jury (two judges say "good" texts are
+    /// positive, the third says the opposite).
+    fn setup() -> (tempfile::TempDir, Vec<&'static str>, Vec<f32>, Vec<bool>) {
         let dir = tempfile::tempdir().unwrap();
         tiny_model(dir.path());
-        let texts: Vec<&str> =
-            (0..40).map(|i| if i % 2 == 0 { "the answer is good" } else { "the answer is very bad" }).collect();
-        let y: Vec<f32> = (0..40).flat_map(|i| if i % 2 == 0 { [1.0, 1.0, 0.0] } else { [0.0, 0.0, 1.0] }).collect();
-        let present = vec![true; 120];
+        let texts = (0..40).map(|i| if i % 2 == 0 { "the answer is good" } else { "the answer is very bad" }).collect();
+        let y = (0..40).flat_map(|i| if i % 2 == 0 { [1.0, 1.0, 0.0] } else { [0.0, 0.0, 1.0] }).collect();
+        (dir, texts, y, vec![true; 120])
+    }
+
+    /// The settings both resume tests share.
+    fn config(method: Method, epochs: usize, seed: u64) -> TrainConfig {
+        TrainConfig { method, lambda: 0.1, epochs, batch: 16, lr: 1e-2, seed, skill_init: 0.8, hidden: 0 }
+    }
+
+    #[test]
+    fn a_killed_fine_tuning_resumes_from_its_last_finished_epoch() {
+        let (dir, texts, y, present) = setup();
         // A run killed during epoch 2 left what a 2-epoch run leaves: epochs 0 and 1
         // finished, epoch 1's weights on disk.
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
-        let cfg = TrainConfig {
-            method: Method::SkillAggX,
-            lambda: 0.1,
-            epochs: 2,
-            batch: 16,
-            lr: 1e-2,
-            seed: 4,
-            skill_init: 0.8,
-            hidden: 0,
-        };
+        let cfg = config(Method::SkillAggX, 2, 4);
         let ft =
             FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt"), save_every: 0 };
         let mut seen = Vec::new();
@@ -280,23 +281,9 @@ mod tests {
 
     #[test]
     fn a_run_killed_mid_epoch_resumes_after_its_last_saved_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        tiny_model(dir.path());
-        let texts: Vec<&str> =
-            (0..40).map(|i| if i % 2 == 0 { "the answer is good" } else { "the answer is very bad" }).collect();
-        let y: Vec<f32> = (0..40).flat_map(|i| if i % 2 == 0 { [1.0, 1.0, 0.0] } else { [0.0, 0.0, 1.0] }).collect();
-        let present = vec![true; 120];
+        let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
-        let cfg = TrainConfig {
-            method: Method::SkillAgg,
-            lambda: 0.1,
-            epochs: 1,
-            batch: 16,
-            lr: 1e-2,
-            seed: 2,
-            skill_init: 0.8,
-            hidden: 0,
-        };
+        let cfg = config(Method::SkillAgg, 1, 2);
         let ft =
             FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt"), save_every: 1 };
         // Batches of 16, 16 and 8 texts; the run dies while reporting the second batch,
