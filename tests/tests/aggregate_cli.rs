@@ -271,19 +271,10 @@ fn context_dependent_methods_take_three_classes() {
     assert!(header.ends_with("skillagg-x_p0,skillagg-x_p1,skillagg-x_p2,skillagg-x_label"), "{header}");
 }
 
-/// A frozen-embedding run killed mid-way keeps the rows it finished (`KEY.partial`, a
-/// record cut short by the kill included) and embeds only the rest when started again.
-#[test]
-fn frozen_embeddings_resume_from_a_partial_file() {
+/// Writes `j.csv`, `l.csv` and `c.csv` into `dir`: `n` examples, a third of them
+/// positive, contexts that name the class, three judges right 80% of the time.
+fn context_jury(dir: &Path, n: usize) {
     use std::fmt::Write as _;
-    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(
-        encoder.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-encoder.sh",
-        encoder.display()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let n = 120;
     let (mut judgments, mut labels, mut contexts) =
         (String::from("example_id,judge,p\n"), String::from("example_id,label\n"), String::from("example_id,text\n"));
     for i in 0..n {
@@ -297,8 +288,82 @@ fn frozen_embeddings_resume_from_a_partial_file() {
         }
     }
     for (name, text) in [("j.csv", &judgments), ("l.csv", &labels), ("c.csv", &contexts)] {
-        fs::write(dir.path().join(name), text).unwrap();
+        fs::write(dir.join(name), text).unwrap();
     }
+}
+
+/// The fine-tuned mode end to end with the real MiniLM: every epoch leaves a checkpoint,
+/// and the same command run again replays them instead of training.
+#[test]
+fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(
+        encoder.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-encoder.sh",
+        encoder.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 40);
+    let cache = dir.path().join("cache");
+    let run = |out: &str| {
+        let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        std::process::Command::new(common::jury_bin())
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+            .args(["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "2"])
+            .args(["--lambdas", "0.01", "--encoder", "finetune", "--max-tokens", "16", "--batch", "8"])
+            .args(["--encoder-dir", encoder.to_str().unwrap(), "--out", &p(out)])
+            .output()
+            .unwrap()
+    };
+    let first = run("out1");
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    assert!(stderr.contains("skillagg-x seed 0 lambda 0.01 epoch 1: dev accuracy"), "{stderr}");
+    assert!(stderr.contains("fine-tuning skillagg-x seed 0 lambda 0.01: "), "{stderr}");
+    let metrics = |out: &str| -> Value {
+        serde_json::from_str(&fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap()).unwrap()
+    };
+    let m1 = metrics("out1");
+    let acc = m1["methods"]["skillagg-x"]["accuracy"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&acc), "{m1}");
+    let runs: Vec<_> = walk(&cache.join("jury/finetune"));
+    assert!(runs.iter().any(|p| p.ends_with("epoch-001-posteriors.json")), "{runs:?}");
+    assert!(!runs.iter().any(|p| p.ends_with("epoch-000-encoder.safetensors")), "only the last weights stay");
+    let second = run("out2");
+    let stderr2 = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr2}");
+    assert!(!stderr2.contains("fine-tuning skillagg-x seed 0 lambda 0.01: "), "trained again: {stderr2}");
+    assert_eq!(metrics("out2")["methods"]["skillagg-x"]["accuracy"], m1["methods"]["skillagg-x"]["accuracy"]);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A frozen-embedding run killed mid-way keeps the rows it finished (`KEY.partial`, a
+/// record cut short by the kill included) and embeds only the rest when started again.
+#[test]
+fn frozen_embeddings_resume_from_a_partial_file() {
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(
+        encoder.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-encoder.sh",
+        encoder.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let n = 120;
+    context_jury(dir.path(), n);
     let cache = dir.path().join("cache");
     let run = |out: &str| {
         let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
