@@ -89,7 +89,13 @@ impl CustomOp2 for MaskedSoftmaxD {
         fast::MaskedSoftmax(self.0).cpu_fwd(ss, sl, ms, ml)
     }
 
-    fn bwd(&self, _s: &Tensor, _mask: &Tensor, res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        _s: &Tensor,
+        _mask: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let d = res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad(self.0))?;
         Ok((Some(d), None))
     }
@@ -357,8 +363,8 @@ mod tests {
         let r = Tensor::randn(0f32, 1.0, (2, 3, 4, 5), &dev).unwrap();
         let fast = masked_softmax(s.as_tensor(), &mask, 0.5).unwrap();
         let bias = ((&mask - 1.0).unwrap() * 1e4).unwrap().reshape((2, 1, 1, 5)).unwrap();
-        let plain = candle_nn::ops::softmax(&(s.as_tensor() * 0.5).unwrap().broadcast_add(&bias).unwrap(), D::Minus1)
-            .unwrap();
+        let plain =
+            candle_nn::ops::softmax(&(s.as_tensor() * 0.5).unwrap().broadcast_add(&bias).unwrap(), D::Minus1).unwrap();
         assert!(max_diff(&fast, &plain) < 1e-6);
         let (f, p) = (grads(&[&s], &fast, &r).remove(0), grads(&[&s], &plain, &r).remove(0));
         assert!(max_diff(&f, &p) < 1e-5, "{f} vs {p}");
@@ -367,8 +373,10 @@ mod tests {
     #[test]
     fn fused_gelu_has_the_exact_gelus_gradient() {
         let dev = Device::Cpu;
-        let x = Var::from_tensor(&(Tensor::arange(-6_000i64, 6_000, &dev).unwrap().to_dtype(DType::F32).unwrap() / 1000.0).unwrap())
-            .unwrap();
+        let x = Var::from_tensor(
+            &(Tensor::arange(-6_000i64, 6_000, &dev).unwrap().to_dtype(DType::F32).unwrap() / 1000.0).unwrap(),
+        )
+        .unwrap();
         let r = Tensor::randn(0f32, 1.0, 12_000, &dev).unwrap();
         let fast = gelu_erf(x.as_tensor()).unwrap();
         let plain = x.as_tensor().gelu_erf().unwrap();

@@ -149,8 +149,8 @@ pub fn train(
                 // checkpoint rather than a marker naming the wrong weights.
                 let _ = std::fs::remove_file(&partial_file);
                 save_weights(&varmap, &head, &partial_enc, &partial_head)?;
-                let marker = serde_json::to_string(&Partial { epoch, batches: b + 1 })
-                    .map_err(|e| io_err(&partial_file, e))?;
+                let marker =
+                    serde_json::to_string(&Partial { epoch, batches: b + 1 }).map_err(|e| io_err(&partial_file, e))?;
                 let tmp = partial_file.with_extension("tmp");
                 std::fs::write(&tmp, marker).map_err(|e| io_err(&tmp, e))?;
                 std::fs::rename(&tmp, &partial_file).map_err(|e| io_err(&partial_file, e))?;
@@ -290,12 +290,20 @@ mod tests {
         // after its checkpoint was written.
         let mut calls = 0;
         let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            train(dir.path(), &texts, &jury, &cfg, &ft, |_, _| Ok(()), |_| {
-                calls += 1;
-                if calls == 2 {
-                    panic!("killed");
-                }
-            })
+            train(
+                dir.path(),
+                &texts,
+                &jury,
+                &cfg,
+                &ft,
+                |_, _| Ok(()),
+                |_| {
+                    calls += 1;
+                    if calls == 2 {
+                        panic!("killed");
+                    }
+                },
+            )
         }));
         assert!(killed.is_err());
         let marker = std::fs::read_to_string(ft.checkpoints.join("partial.json")).unwrap();
