@@ -319,7 +319,7 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
     let first = run("out1");
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert!(first.status.success(), "{stderr}");
-    assert!(stderr.contains("skillagg-x seed 0 lambda 0.01 epoch 1: dev accuracy"), "{stderr}");
+    assert!(stderr.contains("skillagg-x seed 0 lambda 0.01 epoch 1: loss "), "{stderr}");
     assert!(stderr.contains("fine-tuning skillagg-x seed 0 lambda 0.01: "), "{stderr}");
     let metrics = |out: &str| -> Value {
         serde_json::from_str(&fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap()).unwrap()
@@ -334,6 +334,7 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
     let stderr2 = String::from_utf8_lossy(&second.stderr);
     assert!(second.status.success(), "{stderr2}");
     assert!(!stderr2.contains("fine-tuning skillagg-x seed 0 lambda 0.01: "), "trained again: {stderr2}");
+    assert!(stderr2.contains("epoch 1: from checkpoint, dev accuracy"), "{stderr2}");
     assert_eq!(metrics("out2")["methods"]["skillagg-x"]["accuracy"], m1["methods"]["skillagg-x"]["accuracy"]);
 }
 

@@ -384,10 +384,11 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         &data,
                         &cfg,
                         &ft,
-                        |epoch, post| {
+                        |epoch, post, loss| {
                             let dev_acc = share_correct(post, &dev, labels);
+                            let loss = loss.map_or("from checkpoint".to_owned(), |l| format!("loss {l:.4}"));
                             eprintln!(
-                                "{} seed {seed} lambda {lambda} epoch {epoch}: dev accuracy {dev_acc:.4}",
+                                "{} seed {seed} lambda {lambda} epoch {epoch}: {loss}, dev accuracy {dev_acc:.4}",
                                 method.name()
                             );
                             if best.as_ref().is_none_or(|b| dev_acc > b.0) {

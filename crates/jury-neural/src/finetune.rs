@@ -75,15 +75,17 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
     NeuralError::File { path: path.to_owned(), reason: e.to_string() }
 }
 
-/// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors)` is called for every
-/// epoch, finished now or found in the checkpoint folder (resume).
+/// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors, loss)` is called for
+/// every epoch, finished now or found in the checkpoint folder (resume). `loss` is the
+/// mean training loss over the epoch's batches trained by this call (`None` for an
+/// epoch replayed from its checkpoint).
 pub fn train(
     encoder_dir: &Path,
     texts: &[&str],
     jury: &JuryData,
     cfg: &TrainConfig,
     ft: &FinetuneConfig,
-    mut on_epoch: impl FnMut(usize, &EpochResult) -> Result<(), NeuralError>,
+    mut on_epoch: impl FnMut(usize, &EpochResult, Option<f64>) -> Result<(), NeuralError>,
     mut progress: impl FnMut(usize),
 ) -> Result<(), NeuralError> {
     let frozen = Encoder::load(encoder_dir)?;
@@ -105,7 +107,7 @@ pub fn train(
     while start < cfg.epochs && post_file(start).is_file() {
         let text = std::fs::read_to_string(post_file(start)).map_err(|e| io_err(&post_file(start), e))?;
         let post: Vec<f32> = serde_json::from_str(&text).map_err(|e| io_err(&post_file(start), e))?;
-        on_epoch(start, &post)?;
+        on_epoch(start, &post, None)?;
         start += 1;
     }
     if start > 0 {
@@ -135,6 +137,7 @@ pub fn train(
         if skipped > 0 {
             progress(batches[..skipped].iter().map(|b| b.len()).sum());
         }
+        let (mut loss_sum, mut loss_n) = (0.0f64, 0usize);
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
             let (ids, m) = frozen.tokenize(&batch, ft.max_tokens)?;
@@ -142,6 +145,8 @@ pub fn train(
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let loss = head.loss(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?, cfg.lambda)?;
             let grads = loss.backward()?;
+            loss_sum += f64::from(loss.to_scalar::<f32>()?);
+            loss_n += 1;
             enc_opt.step(&grads)?;
             head_opt.step(&grads)?;
             if ft.save_every > 0 && (b + 1) % ft.save_every == 0 && b + 1 < batches.len() {
@@ -181,7 +186,7 @@ pub fn train(
             let _ = std::fs::remove_file(enc_file(epoch - 1));
             let _ = std::fs::remove_file(head_file(epoch - 1));
         }
-        on_epoch(epoch, &post)?;
+        on_epoch(epoch, &post, Some(loss_sum / loss_n.max(1) as f64))?;
     }
     Ok(())
 }
@@ -247,7 +252,7 @@ mod tests {
             &jury,
             &cfg,
             &ft,
-            |e, p| {
+            |e, p, _| {
                 assert_eq!(p.len(), 40);
                 seen.push(e);
                 Ok(())
@@ -265,7 +270,7 @@ mod tests {
             &jury,
             &cfg,
             &ft,
-            |e, _| {
+            |e, _, _| {
                 if e < 2 {
                     replayed += 1
                 } else {
@@ -296,7 +301,7 @@ mod tests {
                 &jury,
                 &cfg,
                 &ft,
-                |_, _| Ok(()),
+                |_, _, _| Ok(()),
                 |_| {
                     calls += 1;
                     if calls == 2 {
@@ -317,7 +322,7 @@ mod tests {
             &jury,
             &cfg,
             &ft,
-            |e, p| {
+            |e, p, _| {
                 assert!(p.iter().all(|v| (0.0..=1.0).contains(v)));
                 epochs.push(e);
                 Ok(())
