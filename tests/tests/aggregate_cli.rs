@@ -13,6 +13,31 @@ fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
+/// The real context encoder (all-MiniLM-L6-v2, put in `models/` by
+/// `scripts/fetch-encoder.sh`).
+fn encoder() -> std::path::PathBuf {
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(
+        encoder.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-encoder.sh",
+        encoder.display()
+    );
+    encoder
+}
+
+/// `jury aggregate` on the `j.csv`, `l.csv` and `c.csv` that `context_jury` wrote into
+/// `dir`, with the real encoder, `cache` as XDG_CACHE_HOME and output to `dir/out`.
+fn aggregate_contexts(dir: &Path, cache: &Path, flags: &[&str], out: &str) -> std::process::Output {
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_owned();
+    std::process::Command::new(common::jury_bin())
+        .env("XDG_CACHE_HOME", cache)
+        .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+        .args(flags)
+        .args(["--encoder-dir", encoder().to_str().unwrap(), "--out", &p(out)])
+        .output()
+        .unwrap()
+}
+
 fn simulate(dir: &Path, examples: usize) {
     let out = jury(&["simulate", "--examples", &examples.to_string(), "--seed", "7", "--out", path_str(dir)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -212,12 +237,7 @@ fn three_classes_from_a_jsonl_list_column() {
 fn context_dependent_methods_take_three_classes() {
     use rand::{Rng, SeedableRng};
     use std::fmt::Write as _;
-    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(
-        encoder.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-encoder.sh",
-        encoder.display()
-    );
+    let encoder = encoder();
     let dir = tempfile::tempdir().unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
     let topics = ["a recipe for apple pie with cinnamon", "a football match report", "a lecture on quantum physics"];
@@ -296,26 +316,13 @@ fn context_jury(dir: &Path, n: usize) {
 /// and the same command run again replays them instead of training.
 #[test]
 fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
-    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(
-        encoder.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-encoder.sh",
-        encoder.display()
-    );
     let dir = tempfile::tempdir().unwrap();
     context_jury(dir.path(), 40);
     let cache = dir.path().join("cache");
-    let run = |out: &str| {
-        let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
-        std::process::Command::new(common::jury_bin())
-            .env("XDG_CACHE_HOME", &cache)
-            .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
-            .args(["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "2"])
-            .args(["--lambdas", "0.01", "--encoder", "finetune", "--max-tokens", "16", "--batch", "8"])
-            .args(["--encoder-dir", encoder.to_str().unwrap(), "--out", &p(out)])
-            .output()
-            .unwrap()
-    };
+    let flags =
+        ["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "2", "--lambdas", "0.01"];
+    let flags = [&flags[..], &["--encoder", "finetune", "--max-tokens", "16", "--batch", "8"]].concat();
+    let run = |out: &str| aggregate_contexts(dir.path(), &cache, &flags, out);
     let first = run("out1");
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert!(first.status.success(), "{stderr}");
@@ -356,26 +363,12 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 /// record cut short by the kill included) and embeds only the rest when started again.
 #[test]
 fn frozen_embeddings_resume_from_a_partial_file() {
-    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(
-        encoder.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-encoder.sh",
-        encoder.display()
-    );
     let dir = tempfile::tempdir().unwrap();
     let n = 120;
     context_jury(dir.path(), n);
     let cache = dir.path().join("cache");
-    let run = |out: &str| {
-        let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
-        std::process::Command::new(common::jury_bin())
-            .env("XDG_CACHE_HOME", &cache)
-            .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
-            .args(["--methods", "mv,train-on-mv", "--dev-size", "30", "--seeds", "1", "--epochs", "3"])
-            .args(["--encoder-dir", encoder.to_str().unwrap(), "--out", &p(out)])
-            .output()
-            .unwrap()
-    };
+    let flags = ["--methods", "mv,train-on-mv", "--dev-size", "30", "--seeds", "1", "--epochs", "3"];
+    let run = |out: &str| aggregate_contexts(dir.path(), &cache, &flags, out);
     let first = run("out1");
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     let emb_dir = cache.join("jury/embeddings");
@@ -410,12 +403,7 @@ fn frozen_embeddings_resume_from_a_partial_file() {
 #[test]
 fn split_fields_embeds_each_field_alone() {
     use std::fmt::Write as _;
-    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(
-        encoder.join("model.safetensors").is_file(),
-        "{} is missing: run scripts/fetch-encoder.sh",
-        encoder.display()
-    );
+    let encoder = encoder();
     let dir = tempfile::tempdir().unwrap();
     let n: usize = 200;
     let (mut judgments, mut labels, mut contexts) =

@@ -282,7 +282,7 @@ impl Settings {
                 lambdas,
                 hidden: a.hidden,
                 lr: a.lr,
-                batch: a.batch.unwrap_or(if finetune { 32 } else { 256 }),
+                batch: a.batch.unwrap_or(if finetune { 32 } else { jury_neural::skill::TrainConfig::default().batch }),
                 embed_cache: crate::neural::default_embed_cache(),
             })
         };
