@@ -446,3 +446,45 @@ fn split_fields_embeds_each_field_alone() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--split-fields takes the frozen encoder"));
 }
+
+/// GPT-2 (the paper's encoder) named by hub model id: a tiny random GPT-2 laid out as
+/// the hub cache lays out `team/tiny-gpt2`, read offline, frozen and fine-tuned.
+#[test]
+fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 30);
+    let hf = dir.path().join("hf");
+    let snap = hf.join("hub/models--team--tiny-gpt2/snapshots/c0ffee");
+    fs::create_dir_all(&snap).unwrap();
+    fs::create_dir_all(hf.join("hub/models--team--tiny-gpt2/refs")).unwrap();
+    fs::write(hf.join("hub/models--team--tiny-gpt2/refs/main"), "c0ffee").unwrap();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        fs::copy(repo_root().join("crates/jury-neural/testdata/tiny-gpt2").join(f), snap.join(f)).unwrap();
+    }
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let run = |encoder: &str, mode: &str, out: &str| {
+        std::process::Command::new(common::jury_bin())
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env("HF_HOME", &hf)
+            .env("HF_HUB_OFFLINE", "1")
+            .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
+            .args(["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "1"])
+            .args(["--lambdas", "0.01", "--max-tokens", "8", "--batch", "8", "--encoder", mode])
+            .args(["--encoder-dir", encoder, "--out", &p(out)])
+            .output()
+            .unwrap()
+    };
+    for (mode, out) in [("frozen", "frozen"), ("finetune", "finetuned")] {
+        let o = run("team/tiny-gpt2", mode, out);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{mode}: {stderr}");
+        let m: Value =
+            serde_json::from_str(&fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap()).unwrap();
+        let acc = m["methods"]["skillagg-x"]["accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc), "{m}");
+    }
+    let o = run("team/absent", "frozen", "absent");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("team/absent") && stderr.contains("HF_HUB_OFFLINE"), "{stderr}");
+}

@@ -42,7 +42,9 @@ pub struct Args {
     /// Context encoder mode: frozen (embeddings computed once and cached) or finetune.
     #[arg(long, default_value = "frozen")]
     encoder: String,
-    /// Encoder folder (config.json, tokenizer.json, model.safetensors); see scripts/fetch-encoder.sh.
+    /// Encoder folder (config.json, tokenizer.json, model.safetensors; BERT such as
+    /// all-MiniLM-L6-v2, see scripts/fetch-encoder.sh, or GPT-2), or a hub model id such as
+    /// openai-community/gpt2 (the paper's encoder), taken from or fetched into the hub cache.
     #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     encoder_dir: PathBuf,
     /// Tokens per context kept by the encoder (all-MiniLM-L6-v2 was trained on 128).
@@ -272,7 +274,8 @@ impl Settings {
             }
             Some(NeuralOptions {
                 contexts,
-                encoder_dir: a.encoder_dir.clone(),
+                encoder_dir: jury_neural::hub::resolve(&a.encoder_dir)
+                    .with_context(|| format!("encoder {}", a.encoder_dir.display()))?,
                 finetune,
                 dev_size: a.dev_size,
                 seeds: a.seeds,

@@ -192,7 +192,7 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
     let key = jury_cache::key(&parts);
     let file = opts.embed_cache.join(format!("{key}.f32"));
     let encoder = Encoder::load(&opts.encoder_dir)?;
-    let h = encoder.model.config.hidden_size;
+    let h = encoder.hidden_size();
     if let Ok(bytes) = std::fs::read(&file)
         && bytes.len() == ordered.len() * h * 4
     {

@@ -30,19 +30,19 @@ fn default_eps() -> f64 {
     1e-12
 }
 
-struct LayerNorm {
+pub(crate) struct LayerNorm {
     weight: Tensor,
     bias: Tensor,
     eps: f64,
 }
 
 impl LayerNorm {
-    fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+    pub(crate) fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         let weight = vb.get_with_hints(size, "weight", candle_nn::Init::Const(1.0))?;
         Ok(Self { weight, bias: vb.get_with_hints(size, "bias", candle_nn::Init::Const(0.0))?, eps })
     }
 
-    fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
         if !differentiable {
             return candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps as f32);
         }

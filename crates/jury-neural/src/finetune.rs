@@ -14,13 +14,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarMap};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::skill::{JuryData, SkillModel, TrainConfig, tensors};
-use crate::{Encoder, NeuralError, bert};
+use crate::{Encoder, NeuralError};
 
 /// Settings of the fine-tuned mode besides [`TrainConfig`].
 #[derive(Debug, Clone, PartialEq)]
@@ -91,11 +91,11 @@ pub fn train(
     let frozen = Encoder::load(encoder_dir)?;
     let dev = frozen.device.clone();
     let mut varmap = VarMap::new();
-    let bert = bert::Bert::new(&frozen.model.config, VarBuilder::from_varmap(&varmap, DType::F32, &dev))?;
+    let net = frozen.trainable(&varmap)?;
     let weights = encoder_dir.join("model.safetensors");
     varmap.load(&weights)?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let head = SkillModel::new(bert.config.hidden_size, jury.k, cfg, &mut rng, &dev)?;
+    let head = SkillModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?;
     std::fs::create_dir_all(&ft.checkpoints).map_err(|e| io_err(&ft.checkpoints, e))?;
     let enc_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-encoder.safetensors"));
     let head_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-head.safetensors"));
@@ -141,7 +141,7 @@ pub fn train(
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
             let (ids, m) = frozen.tokenize(&batch, ft.max_tokens)?;
-            let x = bert.forward(&ids, &m, true)?;
+            let x = net.forward(&ids, &m, true)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let loss = head.loss(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?, cfg.lambda)?;
             let grads = loss.backward()?;
@@ -167,7 +167,7 @@ pub fn train(
         for chunk in (0..jury.n).collect::<Vec<_>>().chunks(64) {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
             let (ids, m) = frozen.tokenize(&batch, ft.max_tokens)?;
-            let x = bert.forward(&ids, &m, false)?;
+            let x = net.forward(&ids, &m, false)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             post.extend(head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?);
         }
@@ -194,8 +194,10 @@ pub fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bert;
     use crate::skill::Method;
     use candle_core::Device;
+    use candle_nn::VarBuilder;
 
     /// A model folder with a tiny random BERT and a word-level tokenizer.
     fn tiny_model(dir: &Path) {

