@@ -14,11 +14,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarMap};
+use candle_nn::{ParamsAdamW, VarMap};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::adamw::FusedAdamW;
 use crate::skill::{JuryData, SkillModel, TrainConfig, tensors};
 use crate::{Encoder, NeuralError};
 
@@ -127,8 +128,8 @@ pub fn train(
     }
     let (_, y, mask) = tensors(&Tensor::zeros((jury.n, 1), DType::F32, &dev)?, jury, cfg.method)?;
     let params = |lr| ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() };
-    let mut enc_opt = AdamW::new(varmap.all_vars(), params(ft.encoder_lr))?;
-    let mut head_opt = AdamW::new(head.vars(), params(cfg.lr))?;
+    let mut enc_opt = FusedAdamW::new(varmap.all_vars(), params(ft.encoder_lr))?;
+    let mut head_opt = FusedAdamW::new(head.vars(), params(cfg.lr))?;
     for epoch in start..cfg.epochs {
         let mut order: Vec<usize> = (0..jury.n).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64)));

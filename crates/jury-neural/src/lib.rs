@@ -5,6 +5,7 @@
 //! (0.21.4) in the workspace; embeddings of a text depend only on the text, the model
 //! files and `max_tokens` (so they can be cached on disk, keyed by those).
 
+mod adamw;
 pub mod bert;
 mod fast;
 mod fast_grad;
