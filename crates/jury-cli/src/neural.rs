@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use jury_core::{Judgments, Labels};
+use jury_neural::finetune::Phase;
 use jury_neural::multiclass;
 use jury_neural::skill::{self, JuryData, Method, TrainConfig};
 use jury_neural::{Encoder, candle_core::Tensor};
@@ -378,6 +379,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         format!("fine-tuning {} seed {seed} lambda {lambda}", method.name()),
                         (n * opts.epochs) as u64,
                     );
+                    let mut scored: Option<(jury_runner::LogProgress, usize)> = None;
                     jury_neural::finetune::train(
                         &opts.encoder_dir,
                         &refs,
@@ -396,9 +398,30 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                             }
                             Ok(())
                         },
-                        |done| {
-                            bar.inc(done as u64);
-                            log.inc(done as u64);
+                        |phase, done| match phase {
+                            Phase::Train => {
+                                bar.inc(done as u64);
+                                log.inc(done as u64);
+                            }
+                            Phase::Score => {
+                                // A pass over all texts after each epoch: its own count.
+                                if scored.as_ref().is_none_or(|(_, d)| *d >= n) {
+                                    scored = Some((
+                                        jury_runner::LogProgress::new(
+                                            format!(
+                                                "scoring all texts ({} seed {seed} lambda {lambda})",
+                                                method.name()
+                                            ),
+                                            n as u64,
+                                        ),
+                                        0,
+                                    ));
+                                }
+                                if let Some((log, d)) = scored.as_mut() {
+                                    log.inc(done as u64);
+                                    *d += done;
+                                }
+                            }
                         },
                     )?;
                     bar.finish_and_clear();

@@ -69,6 +69,15 @@ fn load_weights(
     Ok(())
 }
 
+/// What a progress count is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Texts trained on (forward and backward).
+    Train,
+    /// Texts scored with an epoch's final weights (its posteriors; forward only).
+    Score,
+}
+
 /// What one epoch produced: posteriors P(positive) for every example.
 pub type EpochResult = Vec<f32>;
 
@@ -79,7 +88,8 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
 /// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors, loss)` is called for
 /// every epoch, finished now or found in the checkpoint folder (resume). `loss` is the
 /// mean training loss over the epoch's batches trained by this call (`None` for an
-/// epoch replayed from its checkpoint).
+/// epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained
+/// (and skipped on resume) and, after each epoch, texts scored for its posteriors.
 pub fn train(
     encoder_dir: &Path,
     texts: &[&str],
@@ -87,7 +97,7 @@ pub fn train(
     cfg: &TrainConfig,
     ft: &FinetuneConfig,
     mut on_epoch: impl FnMut(usize, &EpochResult, Option<f64>) -> Result<(), NeuralError>,
-    mut progress: impl FnMut(usize),
+    mut progress: impl FnMut(Phase, usize),
 ) -> Result<(), NeuralError> {
     let frozen = Encoder::load(encoder_dir)?;
     let dev = frozen.device.clone();
@@ -136,7 +146,7 @@ pub fn train(
         let batches: Vec<&[usize]> = order.chunks(cfg.batch.max(1)).collect();
         let skipped = if epoch == start { skip.min(batches.len()) } else { 0 };
         if skipped > 0 {
-            progress(batches[..skipped].iter().map(|b| b.len()).sum());
+            progress(Phase::Train, batches[..skipped].iter().map(|b| b.len()).sum());
         }
         let (mut loss_sum, mut loss_n) = (0.0f64, 0usize);
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
@@ -161,7 +171,7 @@ pub fn train(
                 std::fs::write(&tmp, marker).map_err(|e| io_err(&tmp, e))?;
                 std::fs::rename(&tmp, &partial_file).map_err(|e| io_err(&partial_file, e))?;
             }
-            progress(chunk.len());
+            progress(Phase::Train, chunk.len());
         }
         // Posteriors of every example with this epoch's encoder.
         let mut post = Vec::with_capacity(jury.n);
@@ -171,6 +181,7 @@ pub fn train(
             let x = net.forward(&ids, &m, false)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             post.extend(head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?);
+            progress(Phase::Score, chunk.len());
         }
         save_weights(&varmap, &head, &enc_file(epoch), &head_file(epoch))?;
         let tmp = post_file(epoch).with_extension("tmp");
@@ -260,7 +271,7 @@ mod tests {
                 seen.push(e);
                 Ok(())
             },
-            |_| {},
+            |_, _| {},
         )
         .unwrap();
         assert_eq!(seen, [0, 1]);
@@ -281,7 +292,7 @@ mod tests {
                 }
                 Ok(())
             },
-            |n| assert!(n > 0),
+            |_, n| assert!(n > 0),
         )
         .unwrap();
         assert_eq!((replayed, trained), (2, 1));
@@ -305,7 +316,7 @@ mod tests {
                 &cfg,
                 &ft,
                 |_, _, _| Ok(()),
-                |_| {
+                |_, _| {
                     calls += 1;
                     if calls == 2 {
                         panic!("killed");
@@ -330,10 +341,11 @@ mod tests {
                 epochs.push(e);
                 Ok(())
             },
-            |n| reports.push(n),
+            |phase, n| reports.push((phase, n)),
         )
         .unwrap();
-        assert_eq!(reports, [32, 8]);
+        // Then all 40 texts are scored for the epoch's posteriors.
+        assert_eq!(reports, [(Phase::Train, 32), (Phase::Train, 8), (Phase::Score, 40)]);
         assert_eq!(epochs, [0]);
         assert!(!ft.checkpoints.join("partial.json").exists(), "a finished epoch drops the mid-epoch checkpoint");
         assert!(ft.checkpoints.join("epoch-000-posteriors.json").exists());
