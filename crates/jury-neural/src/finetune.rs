@@ -89,7 +89,8 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
 /// every epoch, finished now or found in the checkpoint folder (resume). `loss` is the
 /// mean training loss over the epoch's batches trained by this call (`None` for an
 /// epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained
-/// (and skipped on resume) and, after each epoch, texts scored for its posteriors.
+/// (and those of epochs and batches skipped on resume) and, after each epoch trained
+/// here, texts scored for its posteriors.
 pub fn train(
     encoder_dir: &Path,
     texts: &[&str],
@@ -119,6 +120,8 @@ pub fn train(
         let text = std::fs::read_to_string(post_file(start)).map_err(|e| io_err(&post_file(start), e))?;
         let post: Vec<f32> = serde_json::from_str(&text).map_err(|e| io_err(&post_file(start), e))?;
         on_epoch(start, &post, None)?;
+        // A replayed epoch counts as trained, so progress totals and ETAs stay right.
+        progress(Phase::Train, jury.n);
         start += 1;
     }
     if start > 0 {
@@ -277,7 +280,7 @@ mod tests {
         assert_eq!(seen, [0, 1]);
         assert!(!ft.checkpoints.join("epoch-000-encoder.safetensors").exists(), "only the last weights are kept");
         let cfg = TrainConfig { epochs: 3, ..cfg };
-        let (mut replayed, mut trained) = (0, 0);
+        let (mut replayed, mut trained, mut counted) = (0, 0, 0);
         train(
             dir.path(),
             &texts,
@@ -292,9 +295,13 @@ mod tests {
                 }
                 Ok(())
             },
-            |_, n| assert!(n > 0),
+            |phase, n| {
+                assert!(n > 0);
+                counted += usize::from(phase == Phase::Train) * n;
+            },
         )
         .unwrap();
+        assert_eq!(counted, 3 * 40, "replayed epochs count as trained in the progress");
         assert_eq!((replayed, trained), (2, 1));
     }
 
