@@ -379,7 +379,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         format!("fine-tuning {} seed {seed} lambda {lambda}", method.name()),
                         (n * opts.epochs) as u64,
                     );
-                    let mut scored: Option<(jury_runner::LogProgress, usize)> = None;
+                    let mut scored: Option<(usize, jury_runner::LogProgress)> = None;
                     jury_neural::finetune::train(
                         &opts.encoder_dir,
                         &refs,
@@ -403,23 +403,17 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                                 bar.inc(done as u64);
                                 log.inc(done as u64);
                             }
-                            Phase::Score => {
+                            Phase::Score(epoch) => {
                                 // A pass over all texts after each epoch: its own count.
-                                if scored.as_ref().is_none_or(|(_, d)| *d >= n) {
-                                    scored = Some((
-                                        jury_runner::LogProgress::new(
-                                            format!(
-                                                "scoring all texts ({} seed {seed} lambda {lambda})",
-                                                method.name()
-                                            ),
-                                            n as u64,
-                                        ),
-                                        0,
-                                    ));
+                                if scored.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                                    let label = format!(
+                                        "scoring all texts ({} seed {seed} lambda {lambda} epoch {epoch})",
+                                        method.name()
+                                    );
+                                    scored = Some((epoch, jury_runner::LogProgress::new(label, n as u64)));
                                 }
-                                if let Some((log, d)) = scored.as_mut() {
+                                if let Some((_, log)) = &scored {
                                     log.inc(done as u64);
-                                    *d += done;
                                 }
                             }
                         },

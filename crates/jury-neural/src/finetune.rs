@@ -74,8 +74,8 @@ fn load_weights(
 pub enum Phase {
     /// Texts trained on (forward and backward).
     Train,
-    /// Texts scored with an epoch's final weights (its posteriors; forward only).
-    Score,
+    /// Texts scored with epoch `.0`'s final weights (its posteriors; forward only).
+    Score(usize),
 }
 
 /// What one epoch produced: posteriors P(positive) for every example.
@@ -184,7 +184,7 @@ pub fn train(
             let x = net.forward(&ids, &m, false)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             post.extend(head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?);
-            progress(Phase::Score, chunk.len());
+            progress(Phase::Score(epoch), chunk.len());
         }
         save_weights(&varmap, &head, &enc_file(epoch), &head_file(epoch))?;
         let tmp = post_file(epoch).with_extension("tmp");
@@ -352,7 +352,7 @@ mod tests {
         )
         .unwrap();
         // Then all 40 texts are scored for the epoch's posteriors.
-        assert_eq!(reports, [(Phase::Train, 32), (Phase::Train, 8), (Phase::Score, 40)]);
+        assert_eq!(reports, [(Phase::Train, 32), (Phase::Train, 8), (Phase::Score(0), 40)]);
         assert_eq!(epochs, [0]);
         assert!(!ft.checkpoints.join("partial.json").exists(), "a finished epoch drops the mid-epoch checkpoint");
         assert!(ft.checkpoints.join("epoch-000-posteriors.json").exists());

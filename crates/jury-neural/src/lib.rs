@@ -1,5 +1,6 @@
 //! Context encoders for the context-dependent aggregators (SkillAggregation and its
-//! baselines): a text becomes a vector (BERT / all-MiniLM-L6-v2, or GPT-2). The only crate that knows candle's training API.
+//! baselines): a text becomes a vector (BERT / all-MiniLM-L6-v2, or GPT-2). The only
+//! crate that knows candle's training API.
 //!
 //! Invariants: one candle (0.10.2, the version mistralrs 0.8.1 uses) and one tokenizers
 //! (0.21.4) in the workspace; embeddings of a text depend only on the text, the model
@@ -99,7 +100,7 @@ pub struct Encoder {
     pub architecture: Architecture,
     /// Prefix of the weight names in the file (`transformer` for a GPT-2 saved with its
     /// language-model head), empty when none.
-    pub weight_prefix: String,
+    weight_prefix: String,
     tokenizer: tokenizers::Tokenizer,
     pub device: Device,
 }
