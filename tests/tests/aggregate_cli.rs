@@ -312,6 +312,43 @@ fn context_jury(dir: &Path, n: usize) {
     }
 }
 
+/// `--skill-init ds` starts every judge at its Dawid-Skene estimate: with a learning rate
+/// too small to move them, the learned slopes are Dawid-Skene's p0 + p1 - 1; a starting
+/// skill outside (0.5, 1) is refused.
+#[test]
+fn skills_start_at_dawid_skenes_estimates() {
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 60);
+    let flags = ["--methods", "ds,skillagg-noreg", "--dev-size", "10", "--seeds", "1", "--epochs", "1"];
+    let out = aggregate_contexts(
+        dir.path(),
+        &dir.path().join("cache"),
+        &[&flags[..], &["--lr", "1e-9", "--skill-init", "ds"]].concat(),
+        "out",
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();
+    for judge in ["j0", "j1", "j2"] {
+        let c = &m["methods"]["ds"]["confusion"][judge];
+        let ds_slope = c[0][0].as_f64().unwrap() + c[1][1].as_f64().unwrap() - 1.0;
+        let slope = m["methods"]["skillagg-noreg"]["slopes"][judge].as_f64().unwrap();
+        assert!((slope - ds_slope).abs() < 1e-3, "{judge}: slope {slope}, Dawid-Skene {ds_slope}");
+    }
+    let refused = aggregate_contexts(
+        dir.path(),
+        &dir.path().join("cache"),
+        &[&flags[..], &["--skill-init", "0.4"]].concat(),
+        "out2",
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--skill-init `0.4`"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!dir.path().join("out2").exists());
+}
+
 /// The fine-tuned mode end to end with the real MiniLM: every epoch leaves a checkpoint,
 /// and the same command run again replays them instead of training.
 #[test]

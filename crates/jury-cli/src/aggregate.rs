@@ -14,7 +14,7 @@ use jury_aggregate::{
 use jury_core::{Judgments, Labels};
 use jury_io::{read_judgments, read_labels, write_atomic};
 
-use crate::neural::{NeuralMethod, NeuralOptions};
+use crate::neural::{NeuralMethod, NeuralOptions, SkillInit};
 use crate::report;
 
 #[derive(clap::Args)]
@@ -70,6 +70,11 @@ pub struct Args {
     /// Regulariser weights the dev set chooses from (skillagg, skillagg-x).
     #[arg(long, default_value = "0.01,0.1,1")]
     lambdas: String,
+    /// Starting skills of crowdlayer and the skillagg methods: a probability in (0.5, 1)
+    /// for every judge and class, or `ds`: each judge's P(b=0|c=0), P(b=1|c=1) as
+    /// estimated by Dawid-Skene (with the --ds-* settings; binary judgments).
+    #[arg(long, default_value = "0.8")]
+    skill_init: String,
     /// Output directory for metrics.json and predictions.csv.
     #[arg(long)]
     out: PathBuf,
@@ -154,6 +159,7 @@ pub struct Options {
     pub lr: f64,
     /// Examples per training step; `None`: 256 frozen, 32 fine-tuned.
     pub batch: Option<usize>,
+    pub skill_init: String,
 }
 
 impl Default for Options {
@@ -178,6 +184,7 @@ impl Default for Options {
             hidden: 0,
             lr: 1e-3,
             batch: None,
+            skill_init: "0.8".into(),
         }
     }
 }
@@ -212,6 +219,7 @@ impl From<&Args> for Options {
             hidden: a.hidden,
             lr: a.lr,
             batch: a.batch,
+            skill_init: a.skill_init.clone(),
         }
     }
 }
@@ -272,6 +280,13 @@ impl Settings {
             if a.split_fields && finetune {
                 bail!("--split-fields takes the frozen encoder (--encoder frozen)");
             }
+            let skill_init = match a.skill_init.trim() {
+                "ds" => SkillInit::DawidSkene(ds),
+                other => match other.parse::<f64>() {
+                    Ok(p) if p > 0.5 && p < 1.0 => SkillInit::Uniform(p),
+                    _ => bail!("--skill-init `{other}`: expected a probability in (0.5, 1) or `ds`"),
+                },
+            };
             Some(NeuralOptions {
                 contexts,
                 encoder_dir: jury_neural::hub::resolve(&a.encoder_dir)
@@ -287,6 +302,7 @@ impl Settings {
                 lr: a.lr,
                 batch: a.batch.unwrap_or(if finetune { 32 } else { jury_neural::skill::TrainConfig::default().batch }),
                 embed_cache: crate::neural::default_embed_cache(),
+                skill_init,
             })
         };
         Ok(Self { methods, ties, ds, neural, neural_opts })

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use jury_aggregate::{Aggregator, DawidSkene, DawidSkeneConfig, Diagnostics};
 use jury_core::{Judgments, Labels};
 use jury_neural::finetune::Phase;
 use jury_neural::multiclass;
@@ -80,6 +81,42 @@ pub struct NeuralOptions {
     /// Examples per training step.
     pub batch: usize,
     pub embed_cache: PathBuf,
+    pub skill_init: SkillInit,
+}
+
+/// Where the judges' skills start training.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SkillInit {
+    /// Every judge at this P(correct) in both classes (the paper's setup; 0.8 by default).
+    Uniform(f64),
+    /// Each judge at its Dawid-Skene estimate, fitted on the same judgments with these
+    /// settings (binary only): no labels involved.
+    DawidSkene(DawidSkeneConfig),
+}
+
+impl SkillInit {
+    /// Per-judge starting (p0, p1); `None` for a uniform start.
+    fn judge_skills(&self, j: &Judgments) -> Result<Option<Vec<(f64, f64)>>> {
+        let SkillInit::DawidSkene(cfg) = self else { return Ok(None) };
+        if j.n_classes() != 2 {
+            bail!("--skill-init ds takes binary judgments ({} classes here)", j.n_classes());
+        }
+        let fitted = DawidSkene::new(*cfg).aggregate(j)?;
+        let Diagnostics::DawidSkene(em) = fitted.diagnostics() else {
+            bail!("Dawid-Skene returned no confusion matrices")
+        };
+        Ok(Some(em.params.confusion.iter().map(|m| (m.get(0, 0), m.get(1, 1))).collect()))
+    }
+
+    /// What goes into the fine-tuning checkpoint key: nothing for the paper's default
+    /// start, so checkpoints written before this setting existed stay valid.
+    fn key_part(&self) -> String {
+        match self {
+            SkillInit::Uniform(p) if *p == TrainConfig::default().skill_init => String::new(),
+            SkillInit::Uniform(p) => format!(" skill_init={p}"),
+            SkillInit::DawidSkene(cfg) => format!(" skill_init=ds:{cfg:?}"),
+        }
+    }
 }
 
 /// One method's result over all seeds.
@@ -124,12 +161,13 @@ fn finetune_key(j: &Judgments, opts: &NeuralOptions) -> Result<String> {
     let model_sha = jury_cache::file_sha256(&opts.encoder_dir.join("model.safetensors"))?;
     let texts = context_texts(j, opts)?;
     let setup = format!(
-        "{} max_tokens={} hidden={} lr={} batch={} encoder_lr={FINETUNE_ENCODER_LR}",
+        "{} max_tokens={} hidden={} lr={} batch={} encoder_lr={FINETUNE_ENCODER_LR}{}",
         jury_neural::ENCODER_REVISION,
         opts.max_tokens,
         opts.hidden,
         opts.lr,
-        opts.batch
+        opts.batch,
+        opts.skill_init.key_part()
     );
     let mut parts: Vec<Vec<u8>> = vec![model_sha.into_bytes(), setup.into_bytes()];
     parts.extend(texts.into_iter().map(String::into_bytes));
@@ -339,6 +377,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         multiclass::tensors(&multi, Method::SkillAgg, x.device())?
     };
     let ft_key = if opts.finetune { Some(finetune_key(j, opts)?) } else { None };
+    let judge_skills = opts.skill_init.judge_skills(j)?;
     let mut out = Vec::new();
     for &method in methods {
         let m_start = Instant::now();
@@ -360,6 +399,11 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     hidden: opts.hidden,
                     lr: opts.lr,
                     batch: opts.batch,
+                    skill_init: match opts.skill_init {
+                        SkillInit::Uniform(p) => p,
+                        SkillInit::DawidSkene(_) => TrainConfig::default().skill_init,
+                    },
+                    judge_skills: judge_skills.clone(),
                     ..TrainConfig::default()
                 };
                 if let Some(texts) = &texts {
@@ -402,6 +446,11 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                             Phase::Train => {
                                 bar.inc(done as u64);
                                 log.inc(done as u64);
+                            }
+                            Phase::Resumed => {
+                                bar.inc(done as u64);
+                                bar.reset_eta();
+                                log.skip(done as u64);
                             }
                             Phase::Score(epoch) => {
                                 // A pass over all texts after each epoch: its own count.
@@ -539,6 +588,7 @@ mod tests {
             lr: 1e-3,
             batch: 32,
             embed_cache: dir.path().join("cache"),
+            skill_init: SkillInit::Uniform(0.8),
         };
         let key = |o: &NeuralOptions| finetune_key(&j, o).unwrap();
         let k0 = key(&base);
@@ -548,6 +598,8 @@ mod tests {
             NeuralOptions { lr: 3e-3, ..base.clone() },
             NeuralOptions { hidden: 256, ..base.clone() },
             NeuralOptions { max_tokens: 64, ..base.clone() },
+            NeuralOptions { skill_init: SkillInit::Uniform(0.7), ..base.clone() },
+            NeuralOptions { skill_init: SkillInit::DawidSkene(DawidSkeneConfig::default()), ..base.clone() },
         ] {
             assert_ne!(k0, key(&changed));
         }

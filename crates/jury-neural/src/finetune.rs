@@ -74,6 +74,9 @@ fn load_weights(
 pub enum Phase {
     /// Texts trained on (forward and backward).
     Train,
+    /// Texts of epochs and batches found in checkpoints on resume: done, but not by this
+    /// call (a rate or ETA must not count them as work done per second).
+    Resumed,
     /// Texts scored with epoch `.0`'s final weights (its posteriors; forward only).
     Score(usize),
 }
@@ -88,9 +91,9 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
 /// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors, loss)` is called for
 /// every epoch, finished now or found in the checkpoint folder (resume). `loss` is the
 /// mean training loss over the epoch's batches trained by this call (`None` for an
-/// epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained
-/// (and those of epochs and batches skipped on resume) and, after each epoch trained
-/// here, texts scored for its posteriors.
+/// epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained,
+/// those of epochs and batches found in checkpoints on resume, and, after each epoch
+/// trained here, texts scored for its posteriors.
 pub fn train(
     encoder_dir: &Path,
     texts: &[&str],
@@ -120,8 +123,7 @@ pub fn train(
         let text = std::fs::read_to_string(post_file(start)).map_err(|e| io_err(&post_file(start), e))?;
         let post: Vec<f32> = serde_json::from_str(&text).map_err(|e| io_err(&post_file(start), e))?;
         on_epoch(start, &post, None)?;
-        // A replayed epoch counts as trained, so progress totals and ETAs stay right.
-        progress(Phase::Train, jury.n);
+        progress(Phase::Resumed, jury.n);
         start += 1;
     }
     if start > 0 {
@@ -149,7 +151,7 @@ pub fn train(
         let batches: Vec<&[usize]> = order.chunks(cfg.batch.max(1)).collect();
         let skipped = if epoch == start { skip.min(batches.len()) } else { 0 };
         if skipped > 0 {
-            progress(Phase::Train, batches[..skipped].iter().map(|b| b.len()).sum());
+            progress(Phase::Resumed, batches[..skipped].iter().map(|b| b.len()).sum());
         }
         let (mut loss_sum, mut loss_n) = (0.0f64, 0usize);
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
@@ -250,7 +252,17 @@ mod tests {
 
     /// The settings both resume tests share.
     fn config(method: Method, epochs: usize, seed: u64) -> TrainConfig {
-        TrainConfig { method, lambda: 0.1, epochs, batch: 16, lr: 1e-2, seed, skill_init: 0.8, hidden: 0 }
+        TrainConfig {
+            method,
+            lambda: 0.1,
+            epochs,
+            batch: 16,
+            lr: 1e-2,
+            seed,
+            skill_init: 0.8,
+            hidden: 0,
+            judge_skills: None,
+        }
     }
 
     #[test]
@@ -280,7 +292,7 @@ mod tests {
         assert_eq!(seen, [0, 1]);
         assert!(!ft.checkpoints.join("epoch-000-encoder.safetensors").exists(), "only the last weights are kept");
         let cfg = TrainConfig { epochs: 3, ..cfg };
-        let (mut replayed, mut trained, mut counted) = (0, 0, 0);
+        let (mut replayed, mut trained, mut counted) = (0, 0, (0, 0));
         train(
             dir.path(),
             &texts,
@@ -297,11 +309,15 @@ mod tests {
             },
             |phase, n| {
                 assert!(n > 0);
-                counted += usize::from(phase == Phase::Train) * n;
+                match phase {
+                    Phase::Train => counted.0 += n,
+                    Phase::Resumed => counted.1 += n,
+                    Phase::Score(_) => {}
+                }
             },
         )
         .unwrap();
-        assert_eq!(counted, 3 * 40, "replayed epochs count as trained in the progress");
+        assert_eq!(counted, (40, 2 * 40), "one epoch trained, two replayed from checkpoints");
         assert_eq!((replayed, trained), (2, 1));
     }
 
@@ -352,7 +368,7 @@ mod tests {
         )
         .unwrap();
         // Then all 40 texts are scored for the epoch's posteriors.
-        assert_eq!(reports, [(Phase::Train, 32), (Phase::Train, 8), (Phase::Score(0), 40)]);
+        assert_eq!(reports, [(Phase::Resumed, 32), (Phase::Train, 8), (Phase::Score(0), 40)]);
         assert_eq!(epochs, [0]);
         assert!(!ft.checkpoints.join("partial.json").exists(), "a finished epoch drops the mid-epoch checkpoint");
         assert!(ft.checkpoints.join("epoch-000-posteriors.json").exists());

@@ -36,6 +36,8 @@ pub enum NeuralError {
     Candle(#[from] candle_core::Error),
     #[error("tokenizing text {index}: {reason}")]
     Tokenize { index: usize, reason: String },
+    #[error("training setting: {0}")]
+    Setting(String),
 }
 
 /// What a model folder's `config.json` describes (its `model_type`; a config without

@@ -54,6 +54,9 @@ impl MultiModel {
         rng: &mut ChaCha8Rng,
         dev: &Device,
     ) -> Result<Self, NeuralError> {
+        if cfg.judge_skills.is_some() {
+            return Err(NeuralError::Setting("per-judge starting skills take binary judgments".into()));
+        }
         let head = Head::new(h, c, cfg.hidden, rng, dev)?;
         let conf_w = match cfg.method {
             Method::SkillAggX => Some(init(rng, (h, k * c * c), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
@@ -214,7 +217,17 @@ mod tests {
     }
 
     fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
-        TrainConfig { method, lambda, epochs: 40, batch: 256, lr: 0.05, seed, skill_init: 0.7, hidden: 0 }
+        TrainConfig {
+            method,
+            lambda,
+            epochs: 40,
+            batch: 256,
+            lr: 0.05,
+            seed,
+            skill_init: 0.7,
+            hidden: 0,
+            judge_skills: None,
+        }
     }
 
     fn accuracy(post: &[f32], labels: &[usize]) -> f64 {

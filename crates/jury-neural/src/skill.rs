@@ -43,6 +43,9 @@ pub struct TrainConfig {
     pub skill_init: f64,
     /// Width of a ReLU hidden layer before the bottleneck; 0 = a linear head.
     pub hidden: usize,
+    /// Per-judge starting (p0, p1), for example Dawid-Skene's estimates (binary form
+    /// only); `None` starts every judge at `skill_init`.
+    pub judge_skills: Option<Vec<(f64, f64)>>,
 }
 
 impl Default for TrainConfig {
@@ -56,6 +59,7 @@ impl Default for TrainConfig {
             seed: 0,
             skill_init: 0.8,
             hidden: 0,
+            judge_skills: None,
         }
     }
 }
@@ -82,6 +86,24 @@ fn logit(p: f64) -> f32 {
     (p / (1.0 - p)).ln() as f32
 }
 
+/// Bounds of a starting skill: a judge estimated perfect (or always wrong) by
+/// Dawid-Skene would otherwise start at an infinite logit that no gradient moves.
+const START_SKILL_BOUNDS: (f64, f64) = (0.01, 0.99);
+
+/// The skill bias's starting logits, [p0 of every judge, then p1 of every judge].
+fn start_logits(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
+    let Some(skills) = &cfg.judge_skills else { return Ok(vec![logit(cfg.skill_init); 2 * k]) };
+    if skills.len() != k {
+        return Err(NeuralError::Setting(format!("{} starting skills for {k} judges", skills.len())));
+    }
+    if let Some((j, _)) = skills.iter().enumerate().find(|(_, (p0, p1))| !(p0.is_finite() && p1.is_finite())) {
+        return Err(NeuralError::Setting(format!("judge {j}: starting skill is not a number")));
+    }
+    let (lo, hi) = START_SKILL_BOUNDS;
+    let at = |p: f64| logit(p.clamp(lo, hi));
+    Ok(skills.iter().map(|s| at(s.0)).chain(skills.iter().map(|s| at(s.1))).collect())
+}
+
 impl SkillModel {
     pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
         let head = Head::new(h, 2, cfg.hidden, rng, dev)?;
@@ -89,7 +111,7 @@ impl SkillModel {
             Method::SkillAggX => Some(init(rng, (h, 2 * k), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
             _ => None,
         };
-        let skill_b = Var::from_tensor(&Tensor::full(logit(cfg.skill_init), (1, 2 * k), dev)?)?;
+        let skill_b = Var::from_tensor(&Tensor::from_vec(start_logits(cfg, k)?, (1, 2 * k), dev)?)?;
         Ok(Self { head, skill_w, skill_b, k, method: cfg.method })
     }
 
@@ -223,6 +245,7 @@ pub fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::DType;
     use rand::{Rng, SeedableRng};
 
     /// A jury with known skills on a context that predicts the label: x = (2c - 1 + noise,
@@ -247,7 +270,17 @@ mod tests {
     }
 
     fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
-        TrainConfig { method, lambda, epochs: 40, batch: 256, lr: 0.05, seed, skill_init: 0.8, hidden: 0 }
+        TrainConfig {
+            method,
+            lambda,
+            epochs: 40,
+            batch: 256,
+            lr: 0.05,
+            seed,
+            skill_init: 0.8,
+            hidden: 0,
+            judge_skills: None,
+        }
     }
 
     #[test]
@@ -285,6 +318,24 @@ mod tests {
         let (xt, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
         let softened = ((yt.clone() * 0.4).unwrap() + 0.3).unwrap(); // 1 -> 0.7, 0 -> 0.3
         assert_eq!(m.posterior(&xt, &yt, &mt).unwrap(), m.posterior(&xt, &softened, &mt).unwrap());
+    }
+
+    /// Per-judge starting skills are where training starts (clamped off 0 and 1), and a
+    /// list that does not match the judges is refused.
+    #[test]
+    fn judge_skills_set_the_start() {
+        let (x, _, _, _) = jury(8, &[(0.8, 0.8)], 5);
+        let start = vec![(0.9, 0.6), (0.3, 1.0)];
+        let cfg = TrainConfig { judge_skills: Some(start), ..cfg(Method::SkillAggX, 0.0, 0) };
+        let m = SkillModel::new(x.dim(1).unwrap(), 2, &cfg, &mut head::rng(0), &Device::Cpu).unwrap();
+        let (p0, p1) = m.skills(&Tensor::zeros((1, x.dim(1).unwrap()), DType::F32, &Device::Cpu).unwrap()).unwrap();
+        let got: Vec<f32> = Tensor::cat(&[p0, p1], 1).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for (g, want) in got.iter().zip([0.9, 0.3, 0.6, START_SKILL_BOUNDS.1]) {
+            assert!((*g as f64 - want).abs() < 1e-5, "{got:?}");
+        }
+        let wrong = TrainConfig { judge_skills: Some(vec![(0.9, 0.9)]), ..cfg };
+        let err = SkillModel::new(x.dim(1).unwrap(), 2, &wrong, &mut head::rng(0), &Device::Cpu).err().unwrap();
+        assert!(err.to_string().contains("1 starting skills for 2 judges"), "{err}");
     }
 
     #[test]
