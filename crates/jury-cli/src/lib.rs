@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Combine judges without reference labels; score against labels when given.
-    Aggregate(aggregate::Args),
+    Aggregate(Box<aggregate::Args>),
     /// Write a simulated jury with known skills (judgments.csv, labels.csv).
     Simulate(simulate::Args),
     /// Run a YAML experiment: judges over a data set, then aggregation and scoring.
@@ -42,7 +42,7 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Aggregate(args) => aggregate::run(args),
+        Command::Aggregate(args) => aggregate::run(*args),
         Command::Simulate(args) => simulate::run(args),
         Command::Run(args) => run::prepare(&args).and_then(run::run),
         Command::Winrate(args) => winrate::run(args),

@@ -404,7 +404,6 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         SkillInit::DawidSkene(_) => TrainConfig::default().skill_init,
                     },
                     judge_skills: judge_skills.clone(),
-                    ..TrainConfig::default()
                 };
                 if let Some(texts) = &texts {
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
