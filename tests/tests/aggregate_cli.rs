@@ -334,6 +334,9 @@ fn skills_start_at_dawid_skenes_estimates() {
         let slope = m["methods"]["skillagg-noreg"]["slopes"][judge].as_f64().unwrap();
         assert!((slope - ds_slope).abs() < 1e-3, "{judge}: slope {slope}, Dawid-Skene {ds_slope}");
     }
+    let paired = m["methods"]["ds"]["outside_dev"]["seeds"].as_array().unwrap();
+    assert_eq!(paired.len(), 1, "Dawid-Skene scored on each seed's test split");
+    assert!((0.0..=1.0).contains(&paired[0].as_f64().unwrap()));
     let refused = aggregate_contexts(
         dir.path(),
         &dir.path().join("cache"),

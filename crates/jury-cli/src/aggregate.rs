@@ -13,6 +13,7 @@ use jury_aggregate::{
 };
 use jury_core::{Judgments, Labels};
 use jury_io::{read_judgments, read_labels, write_atomic};
+use serde_json::json;
 
 use crate::neural::{NeuralMethod, NeuralOptions, SkillInit};
 use crate::report;
@@ -390,6 +391,21 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
             ));
         }
         predictions = lines.join("\n") + "\n";
+        // The context-free methods scored on the same test splits, for paired comparisons.
+        let splits = crate::neural::test_splits(labels, judgments.n_examples(), opts);
+        for r in &runs {
+            let accs: Vec<f64> = splits
+                .iter()
+                .map(|test| {
+                    let right = test.iter().filter(|&&i| labels.get(i) == Some(r.aggregation.labels()[i])).count();
+                    right as f64 / test.len().max(1) as f64
+                })
+                .collect();
+            let (mean, std) = crate::neural::mean_std(&accs);
+            metrics["methods"][r.name]["outside_dev"] = json!({"accuracy": mean, "std": std, "seeds": accs});
+            neural_table
+                .push_str(&format!("{:<16}  {mean:.4} +- {std:.4} on the same test splits (context-free)\n", r.name));
+        }
     }
     std::fs::create_dir_all(out).with_context(|| format!("creating output directory {}", out.display()))?;
     let metrics_text = serde_json::to_string_pretty(&metrics).context("serialising metrics")?;

@@ -128,7 +128,7 @@ pub struct NeuralRun {
     pub posteriors: Vec<Vec<f64>>,
 }
 
-fn mean_std(v: &[f64]) -> (f64, f64) {
+pub fn mean_std(v: &[f64]) -> (f64, f64) {
     let n = v.len().max(1) as f64;
     let m = v.iter().sum::<f64>() / n;
     let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().saturating_sub(1).max(1)) as f64;
@@ -384,11 +384,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         let (mut accs, mut devs, mut chosen, mut slopes_all) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut first_post = Vec::new();
         for seed in 0..opts.seeds as u64 {
-            let mut order = labeled.clone();
-            order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
-            let dev: Vec<usize> = order[..opts.dev_size].to_vec();
-            let mut is_dev = vec![false; n];
-            dev.iter().for_each(|&i| is_dev[i] = true);
+            let (dev, test) = split(&labeled, seed, opts.dev_size);
             let mut best: Option<Checkpoint> = None;
             for lambda in method.lambdas(&opts.lambdas) {
                 let cfg = TrainConfig {
@@ -496,7 +492,6 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                 }
             }
             let Some((dev_acc, lambda, epoch, post, slopes)) = best else { bail!("no epochs were trained") };
-            let test: Vec<usize> = labeled.iter().copied().filter(|&i| !is_dev[i]).collect();
             let acc = share_correct(&post, &test, labels);
             accs.push(acc);
             devs.push(dev_acc);
@@ -533,6 +528,25 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     Ok(out)
 }
 
+/// Seed `seed`'s (dev set, test split) of the labeled examples `labeled`: the dev set is
+/// the first `dev_size` of a seeded shuffle, the test split the others in example order.
+/// Every method of a run shares a seed's split, so their accuracies pair up.
+fn split(labeled: &[usize], seed: u64, dev_size: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut order = labeled.to_vec();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let dev: Vec<usize> = order[..dev_size.min(order.len())].to_vec();
+    let mut is_dev = vec![false; labeled.iter().max().map_or(0, |m| m + 1)];
+    dev.iter().for_each(|&i| is_dev[i] = true);
+    let test = labeled.iter().copied().filter(|&i| !is_dev[i]).collect();
+    (dev, test)
+}
+
+/// Each seed's test split (see [`split`]) of the examples with a label in `labels`.
+pub fn test_splits(labels: &Labels, n: usize, opts: &NeuralOptions) -> Vec<Vec<usize>> {
+    let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
+    (0..opts.seeds as u64).map(|seed| split(&labeled, seed, opts.dev_size).1).collect()
+}
+
 /// Share of the examples `idx` whose predicted class matches their label. `post` is
 /// P(positive) per example (binary) or C posteriors per example; binary predictions are
 /// P(positive) > 0.5, C-class ones the argmax (lowest class on exact ties).
@@ -560,6 +574,19 @@ mod tests {
 
     /// A fine-tuning run resumes from checkpoints only when nothing that shapes an epoch
     /// changed: every training setting is in the key, the epoch count is not.
+    /// A seed's dev set and test split part the labeled examples, and repeat.
+    #[test]
+    fn splits_part_the_labeled_examples() {
+        let labeled: Vec<usize> = (0..50).filter(|i| i % 5 != 0).collect();
+        let (dev, test) = split(&labeled, 3, 7);
+        assert_eq!(dev.len(), 7);
+        let mut all: Vec<usize> = dev.iter().chain(&test).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, labeled);
+        assert_eq!(split(&labeled, 3, 7), (dev.clone(), test));
+        assert_ne!(split(&labeled, 4, 7).0, dev);
+    }
+
     #[test]
     fn finetune_key_changes_with_every_training_setting() {
         let dir = tempfile::tempdir().unwrap();

@@ -6,12 +6,13 @@
 //! caller's own), so a seed gives the same model whichever module builds it.
 
 use candle_core::{D, DType, Device, Tensor, Var};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_nn::ParamsAdamW;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
+use crate::adamw::FusedAdamW;
 use crate::skill::TrainConfig;
 
 /// A `shape` matrix of uniform draws in [-scale, scale].
@@ -67,7 +68,7 @@ impl Head {
     }
 }
 
-/// Mini-batch AdamW over `cfg.epochs` epochs, batches drawn from `rng` in a shuffled
+/// Mini-batch AdamW (the fused in-place form, candle's update) over `cfg.epochs` epochs, batches drawn from `rng` in a shuffled
 /// order; `loss(x, y, mask)` is evaluated per batch (rows of the three tensors) and
 /// `on_epoch(epoch, mean loss)` runs after each epoch.
 #[allow(clippy::too_many_arguments, reason = "the loop's inputs, each used once")]
@@ -82,7 +83,7 @@ pub(crate) fn fit(
     mut on_epoch: impl FnMut(usize, f64) -> Result<(), NeuralError>,
 ) -> Result<(), NeuralError> {
     let dev = x.device().clone();
-    let mut opt = AdamW::new(vars, ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
+    let mut opt = FusedAdamW::new(vars, ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
     let mut order: Vec<u32> = (0..x.dim(0)? as u32).collect();
     for epoch in 0..cfg.epochs {
         order.shuffle(rng);
@@ -91,7 +92,7 @@ pub(crate) fn fit(
             let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
             let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
             let l = loss(&xb, &yb, &mb)?;
-            opt.backward_step(&l)?;
+            opt.step(&l.backward()?)?;
             total += l.to_scalar::<f32>()? as f64;
             batches += 1;
         }
