@@ -336,6 +336,9 @@ fn skills_start_at_dawid_skenes_estimates() {
     }
     let paired = m["methods"]["ds"]["outside_dev"]["seeds"].as_array().unwrap();
     assert_eq!(paired.len(), 1, "Dawid-Skene scored on each seed's test split");
+    let dev = m["dev_sets"][0].as_array().unwrap();
+    assert_eq!(dev.len(), 10, "seed 0's dev set by example id");
+    assert!(dev.iter().all(|id| id.as_str().unwrap().starts_with('e')));
     assert!((0.0..=1.0).contains(&paired[0].as_f64().unwrap()));
     let refused = aggregate_contexts(
         dir.path(),

@@ -392,11 +392,16 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
         }
         predictions = lines.join("\n") + "\n";
         // The context-free methods scored on the same test splits, for paired comparisons.
-        let splits = crate::neural::test_splits(labels, judgments.n_examples(), opts);
+        let splits = crate::neural::splits(labels, judgments.n_examples(), opts);
+        // Each seed's dev set by example id, so any posterior can be rescored on the splits.
+        let ids = judgments.example_ids();
+        metrics["dev_sets"] = json!(
+            splits.iter().map(|(dev, _)| dev.iter().map(|&i| ids[i].as_str()).collect::<Vec<_>>()).collect::<Vec<_>>()
+        );
         for r in &runs {
             let accs: Vec<f64> = splits
                 .iter()
-                .map(|test| {
+                .map(|(_, test)| {
                     let right = test.iter().filter(|&&i| labels.get(i) == Some(r.aggregation.labels()[i])).count();
                     right as f64 / test.len().max(1) as f64
                 })

@@ -541,10 +541,11 @@ fn split(labeled: &[usize], seed: u64, dev_size: usize) -> (Vec<usize>, Vec<usiz
     (dev, test)
 }
 
-/// Each seed's test split (see [`split`]) of the examples with a label in `labels`.
-pub fn test_splits(labels: &Labels, n: usize, opts: &NeuralOptions) -> Vec<Vec<usize>> {
+/// Each seed's (dev set, test split) (see [`split`]) of the examples with a label in
+/// `labels`.
+pub fn splits(labels: &Labels, n: usize, opts: &NeuralOptions) -> Vec<(Vec<usize>, Vec<usize>)> {
     let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
-    (0..opts.seeds as u64).map(|seed| split(&labeled, seed, opts.dev_size).1).collect()
+    (0..opts.seeds as u64).map(|seed| split(&labeled, seed, opts.dev_size)).collect()
 }
 
 /// Share of the examples `idx` whose predicted class matches their label. `post` is
