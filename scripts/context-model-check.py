@@ -3,12 +3,13 @@
 and what does it add to Dawid-Skene's posterior? A check outside jury (scikit-learn),
 quoted in docs/reproduction.md (issue 4).
 
-  python3 scripts/context-model-check.py EMBEDDINGS.f32 [RUN_DIR]
+  python3 scripts/context-model-check.py EMBEDDINGS.f32 [RUN_DIR] [--mlp]
 
 EMBEDDINGS.f32: jury's cached frozen embeddings of the `--split-fields --max-tokens 48`
 run (~/.cache/jury/embeddings/KEY.f32, 40,000 rows of 384 floats: response, history per
 example). RUN_DIR: a `jury aggregate` output with a `ds` column in predictions.csv
-(default out/reproduce-halueval-neural/frozen-split48). Labels score only.
+(default out/reproduce-halueval-neural/frozen-split48). Labels score only. --mlp adds
+a 256-unit MLP on the two fields' vectors, alone and with |u - v| and u * v (slow).
 """
 import csv
 import sys
@@ -20,6 +21,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_predict
 
 data = "out/reproduce-halueval-neural/data"
+mlp = "--mlp" in sys.argv
+sys.argv = [a for a in sys.argv if a != "--mlp"]
 run = sys.argv[2] if len(sys.argv) > 2 else "out/reproduce-halueval-neural/frozen-split48"
 rows = list(csv.DictReader(open(f"{data}/contexts.csv")))
 ids = [r["example_id"] for r in rows]
@@ -45,3 +48,10 @@ for name, x in [("embeddings", emb), ("tfidf", tfidf), ("both", hstack([tfidf, c
         ctx = np.log(q / (1 - q))
         combined = " / ".join(f"{np.mean((ds_logit + w * ctx > 0) == y):.4f}" for w in (0.5, 1, 2, 4))
         print(f"| {name} | {c} | {np.mean((ctx > 0) == y):.4f} | {combined} |")
+if mlp:
+    from sklearn.neural_network import MLPClassifier
+    u, v = emb[:, : emb.shape[1] // 2], emb[:, emb.shape[1] // 2 :]
+    for name, x in [("u, v", emb), ("u, v, |u - v|, u * v", np.hstack([u, v, np.abs(u - v), u * v]))]:
+        net = MLPClassifier((256,), alpha=1e-3, early_stopping=True, max_iter=200, random_state=0)
+        q = cross_val_predict(net, x, mv, cv=5, method="predict_proba")[:, 1]
+        print(f"MLP on {name}: context model alone (out of fold) {np.mean((q > 0.5) == y):.4f}")
