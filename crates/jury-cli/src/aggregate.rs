@@ -428,6 +428,20 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
 mod tests {
     use super::*;
 
+    /// A `jury run` configuration's `aggregate:` section takes the flags' settings by
+    /// their snake-case names, and a bad starting skill is refused by name.
+    #[test]
+    fn yaml_options_reach_the_neural_settings() {
+        let o: Options = serde_yaml::from_str(
+            "methods: ds,skillagg-x\ncontexts: c.csv\nhidden: 256\nskill_init: ds\nsplit_fields: true\n",
+        )
+        .unwrap();
+        assert_eq!((o.hidden, o.skill_init.as_str(), o.split_fields), (256, "ds", true));
+        let bad = Options { skill_init: "0.3".into(), ..o };
+        let err = Settings::new(&bad).err().unwrap().to_string();
+        assert!(err.contains("--skill-init `0.3`"), "{err}");
+    }
+
     #[test]
     fn method_list_parsing() {
         assert_eq!(Method::parse_list("avg, ds,avg").unwrap(), (vec![Method::Avg, Method::Ds], vec![]));
