@@ -252,17 +252,7 @@ mod tests {
 
     /// The settings both resume tests share.
     fn config(method: Method, epochs: usize, seed: u64) -> TrainConfig {
-        TrainConfig {
-            method,
-            lambda: 0.1,
-            epochs,
-            batch: 16,
-            lr: 1e-2,
-            seed,
-            skill_init: 0.8,
-            hidden: 0,
-            judge_skills: None,
-        }
+        TrainConfig { method, lambda: 0.1, epochs, batch: 16, lr: 1e-2, seed, ..TrainConfig::default() }
     }
 
     #[test]

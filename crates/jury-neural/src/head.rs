@@ -68,9 +68,10 @@ impl Head {
     }
 }
 
-/// Mini-batch AdamW (the fused in-place form, candle's update) over `cfg.epochs` epochs, batches drawn from `rng` in a shuffled
-/// order; `loss(x, y, mask)` is evaluated per batch (rows of the three tensors) and
-/// `on_epoch(epoch, mean loss)` runs after each epoch.
+/// Mini-batch AdamW (`adamw`'s fused in-place form of candle's update) over `cfg.epochs`
+/// epochs, batches drawn from `rng` in a shuffled order; `loss(x, y, mask)` is evaluated
+/// per batch (rows of the three tensors) and `on_epoch(epoch, mean loss)` runs after
+/// each epoch.
 #[allow(clippy::too_many_arguments, reason = "the loop's inputs, each used once")]
 pub(crate) fn fit(
     x: &Tensor,

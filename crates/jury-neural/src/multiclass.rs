@@ -217,17 +217,7 @@ mod tests {
     }
 
     fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
-        TrainConfig {
-            method,
-            lambda,
-            epochs: 40,
-            batch: 256,
-            lr: 0.05,
-            seed,
-            skill_init: 0.7,
-            hidden: 0,
-            judge_skills: None,
-        }
+        TrainConfig { method, lambda, epochs: 40, lr: 0.05, seed, skill_init: 0.7, ..TrainConfig::default() }
     }
 
     fn accuracy(post: &[f32], labels: &[usize]) -> f64 {

@@ -270,17 +270,7 @@ mod tests {
     }
 
     fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
-        TrainConfig {
-            method,
-            lambda,
-            epochs: 40,
-            batch: 256,
-            lr: 0.05,
-            seed,
-            skill_init: 0.8,
-            hidden: 0,
-            judge_skills: None,
-        }
+        TrainConfig { method, lambda, epochs: 40, lr: 0.05, seed, ..TrainConfig::default() }
     }
 
     #[test]
