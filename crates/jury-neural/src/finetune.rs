@@ -7,12 +7,14 @@
 //! batches as an uninterrupted one; each file is written to a temporary name and renamed,
 //! weights first and the marker last (an epoch's posteriors; a mid-epoch checkpoint's
 //! `partial.json`), so a checkpoint counts exactly when its marker exists; only the last
-//! epoch's weights and the last mid-epoch checkpoint are kept. (The optimiser's moment
-//! estimates are not checkpointed: a resumed run restarts AdamW's statistics.)
+//! epoch's weights and the last mid-epoch checkpoint are kept. A checkpoint holds the
+//! optimisers' step counts and moments with the weights, so a resumed run computes what
+//! an uninterrupted one does (tested).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use candle_core::Var;
 use candle_core::{DType, Tensor};
 use candle_nn::{ParamsAdamW, VarMap};
 use rand::SeedableRng;
@@ -40,33 +42,97 @@ struct Partial {
     batches: usize,
 }
 
-/// Writes the encoder and head weights to `enc` and `head` (through temporary names).
-fn save_weights(varmap: &VarMap, head: &SkillModel, enc: &Path, head_path: &Path) -> Result<(), NeuralError> {
-    let tmp = |p: &Path| p.with_extension("tmp");
-    varmap.save(tmp(enc))?;
-    let head_tensors: HashMap<String, Tensor> =
-        head.vars().iter().enumerate().map(|(i, v)| (format!("v{i}"), v.as_tensor().clone())).collect();
-    candle_core::safetensors::save(&head_tensors, tmp(head_path))?;
-    for f in [enc, head_path] {
-        std::fs::rename(tmp(f), f).map_err(|e| io_err(f, e))?;
-    }
-    Ok(())
+/// The files of one checkpoint: encoder weights, head weights, optimiser state.
+struct Checkpoint {
+    encoder: PathBuf,
+    head: PathBuf,
+    optimiser: PathBuf,
 }
 
-fn load_weights(
-    varmap: &mut VarMap,
-    head: &SkillModel,
-    enc: &Path,
-    head_path: &Path,
-    dev: &candle_core::Device,
-) -> Result<(), NeuralError> {
-    varmap.load(enc)?;
-    let saved = candle_core::safetensors::load(head_path, dev)?;
-    for (i, v) in head.vars().iter().enumerate() {
-        let t = saved.get(&format!("v{i}")).ok_or_else(|| io_err(head_path, format!("no tensor v{i}")))?;
-        v.set(t)?;
+impl Checkpoint {
+    fn named(dir: &Path, stem: &str) -> Self {
+        Self {
+            encoder: dir.join(format!("{stem}-encoder.safetensors")),
+            head: dir.join(format!("{stem}-head.safetensors")),
+            optimiser: dir.join(format!("{stem}-optimiser.safetensors")),
+        }
     }
-    Ok(())
+
+    fn epoch(dir: &Path, e: usize) -> Self {
+        Self::named(dir, &format!("epoch-{e:03}"))
+    }
+
+    fn files(&self) -> [&Path; 3] {
+        [&self.encoder, &self.head, &self.optimiser]
+    }
+
+    fn remove(&self) {
+        for f in self.files() {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// What trains: the encoder's variables (in name order, so the optimiser's state lines
+/// up with them in every process, whatever `VarMap`'s hash order), the head, and their
+/// optimisers.
+struct Trainee<'a> {
+    varmap: &'a mut VarMap,
+    head: &'a SkillModel,
+    enc_opt: FusedAdamW,
+    head_opt: FusedAdamW,
+}
+
+/// The variables of `varmap` sorted by name.
+fn sorted_vars(varmap: &VarMap) -> Result<Vec<Var>, NeuralError> {
+    let data = varmap.data().lock().map_err(|_| NeuralError::Setting("encoder variables: poisoned lock".into()))?;
+    let mut named: Vec<(&String, &Var)> = data.iter().collect();
+    named.sort_by(|a, b| a.0.cmp(b.0));
+    Ok(named.into_iter().map(|(_, v)| v.clone()).collect())
+}
+
+fn tensor_map(vars: &[Var]) -> HashMap<String, Tensor> {
+    vars.iter().enumerate().map(|(i, v)| (format!("v{i}"), v.as_tensor().clone())).collect()
+}
+
+impl Trainee<'_> {
+    /// Writes the checkpoint's files, each through a temporary name.
+    fn save(&self, ck: &Checkpoint) -> Result<(), NeuralError> {
+        let tmp = |p: &Path| p.with_extension("tmp");
+        self.varmap.save(tmp(&ck.encoder))?;
+        candle_core::safetensors::save(&tensor_map(&self.head.vars()), tmp(&ck.head))?;
+        let mut opt: HashMap<String, Tensor> = HashMap::new();
+        for (prefix, o) in [("encoder", &self.enc_opt), ("head", &self.head_opt)] {
+            opt.extend(o.state()?.into_iter().map(|(k, v)| (format!("{prefix}.{k}"), v)));
+        }
+        candle_core::safetensors::save(&opt, tmp(&ck.optimiser))?;
+        for f in ck.files() {
+            std::fs::rename(tmp(f), f).map_err(|e| io_err(f, e))?;
+        }
+        Ok(())
+    }
+
+    /// Loads a checkpoint's weights and optimiser state. A checkpoint written before
+    /// the optimiser's state was saved (no such file) restarts AdamW's statistics.
+    fn load(&mut self, ck: &Checkpoint, dev: &candle_core::Device) -> Result<(), NeuralError> {
+        self.varmap.load(&ck.encoder)?;
+        let saved = candle_core::safetensors::load(&ck.head, dev)?;
+        for (i, v) in self.head.vars().iter().enumerate() {
+            let t = saved.get(&format!("v{i}")).ok_or_else(|| io_err(&ck.head, format!("no tensor v{i}")))?;
+            v.set(t)?;
+        }
+        if ck.optimiser.is_file() {
+            let saved = candle_core::safetensors::load(&ck.optimiser, dev)?;
+            for (prefix, o) in [("encoder.", &mut self.enc_opt), ("head.", &mut self.head_opt)] {
+                let part: HashMap<String, Tensor> = saved
+                    .iter()
+                    .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+                    .collect();
+                o.load_state(&part).map_err(|e| io_err(&ck.optimiser, e))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a progress count is about.
@@ -112,8 +178,10 @@ pub fn train(
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let head = SkillModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?;
     std::fs::create_dir_all(&ft.checkpoints).map_err(|e| io_err(&ft.checkpoints, e))?;
-    let enc_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-encoder.safetensors"));
-    let head_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-head.safetensors"));
+    let params = |lr| ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() };
+    let enc_opt = FusedAdamW::new(sorted_vars(&varmap)?, params(ft.encoder_lr))?;
+    let head_opt = FusedAdamW::new(head.vars(), params(cfg.lr))?;
+    let mut trainee = Trainee { varmap: &mut varmap, head: &head, enc_opt, head_opt };
     let post_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-posteriors.json"));
     // Resume: replay finished epochs' results, load the last one's weights.
     // Posteriors of an epoch are renamed into place last, so their presence means the
@@ -127,24 +195,20 @@ pub fn train(
         start += 1;
     }
     if start > 0 {
-        load_weights(&mut varmap, &head, &enc_file(start - 1), &head_file(start - 1), &dev)?;
+        trainee.load(&Checkpoint::epoch(&ft.checkpoints, start - 1), &dev)?;
     }
     // A mid-epoch checkpoint of the epoch to train next takes over from there.
-    let partial_enc = ft.checkpoints.join("partial-encoder.safetensors");
-    let partial_head = ft.checkpoints.join("partial-head.safetensors");
+    let partial = Checkpoint::named(&ft.checkpoints, "partial");
     let partial_file = ft.checkpoints.join("partial.json");
     let mut skip = 0;
     if let Ok(text) = std::fs::read_to_string(&partial_file) {
         let p: Partial = serde_json::from_str(&text).map_err(|e| io_err(&partial_file, e))?;
         if p.epoch == start && start < cfg.epochs {
-            load_weights(&mut varmap, &head, &partial_enc, &partial_head, &dev)?;
+            trainee.load(&partial, &dev)?;
             skip = p.batches;
         }
     }
     let (_, y, mask) = tensors(&Tensor::zeros((jury.n, 1), DType::F32, &dev)?, jury, cfg.method)?;
-    let params = |lr| ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() };
-    let mut enc_opt = FusedAdamW::new(varmap.all_vars(), params(ft.encoder_lr))?;
-    let mut head_opt = FusedAdamW::new(head.vars(), params(cfg.lr))?;
     for epoch in start..cfg.epochs {
         let mut order: Vec<usize> = (0..jury.n).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64)));
@@ -163,13 +227,13 @@ pub fn train(
             let grads = loss.backward()?;
             loss_sum += f64::from(loss.to_scalar::<f32>()?);
             loss_n += 1;
-            enc_opt.step(&grads)?;
-            head_opt.step(&grads)?;
+            trainee.enc_opt.step(&grads)?;
+            trainee.head_opt.step(&grads)?;
             if ft.save_every > 0 && (b + 1) % ft.save_every == 0 && b + 1 < batches.len() {
                 // Marker out first: a kill while the weights are rewritten leaves no
                 // checkpoint rather than a marker naming the wrong weights.
                 let _ = std::fs::remove_file(&partial_file);
-                save_weights(&varmap, &head, &partial_enc, &partial_head)?;
+                trainee.save(&partial)?;
                 let marker =
                     serde_json::to_string(&Partial { epoch, batches: b + 1 }).map_err(|e| io_err(&partial_file, e))?;
                 let tmp = partial_file.with_extension("tmp");
@@ -188,20 +252,19 @@ pub fn train(
             post.extend(head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?);
             progress(Phase::Score(epoch), chunk.len());
         }
-        save_weights(&varmap, &head, &enc_file(epoch), &head_file(epoch))?;
+        trainee.save(&Checkpoint::epoch(&ft.checkpoints, epoch))?;
         let tmp = post_file(epoch).with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_string(&post).map_err(|e| io_err(&post_file(epoch), e))?)
             .map_err(|e| io_err(&tmp, e))?;
         // The posteriors file marks the epoch as done; the mid-epoch checkpoint, now
         // behind it, goes (marker first, so no stale marker outlives its weights).
         std::fs::rename(&tmp, post_file(epoch)).map_err(|e| io_err(&post_file(epoch), e))?;
-        for f in [&partial_file, &partial_enc, &partial_head] {
-            let _ = std::fs::remove_file(f);
-        }
-        // Only the last epoch's weights are kept (90 MB each for MiniLM).
+        let _ = std::fs::remove_file(&partial_file);
+        partial.remove();
+        // Only the last epoch's weights are kept (90 MB each for MiniLM, twice that for
+        // the optimiser's moments).
         if epoch > 0 {
-            let _ = std::fs::remove_file(enc_file(epoch - 1));
-            let _ = std::fs::remove_file(head_file(epoch - 1));
+            Checkpoint::epoch(&ft.checkpoints, epoch - 1).remove();
         }
         on_epoch(epoch, &post, Some(loss_sum / loss_n.max(1) as f64))?;
     }
@@ -320,24 +383,7 @@ mod tests {
             FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt"), save_every: 1 };
         // Batches of 16, 16 and 8 texts; the run dies while reporting the second batch,
         // after its checkpoint was written.
-        let mut calls = 0;
-        let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            train(
-                dir.path(),
-                &texts,
-                &jury,
-                &cfg,
-                &ft,
-                |_, _, _| Ok(()),
-                |_, _| {
-                    calls += 1;
-                    if calls == 2 {
-                        panic!("killed");
-                    }
-                },
-            )
-        }));
-        assert!(killed.is_err());
+        kill_at(dir.path(), &texts, &jury, &cfg, &ft, 2);
         let marker = std::fs::read_to_string(ft.checkpoints.join("partial.json")).unwrap();
         assert_eq!(serde_json::from_str::<Partial>(&marker).unwrap(), Partial { epoch: 0, batches: 2 });
         // Resumed: the two saved batches are reported as done at once, one batch trains.
@@ -362,5 +408,88 @@ mod tests {
         assert_eq!(epochs, [0]);
         assert!(!ft.checkpoints.join("partial.json").exists(), "a finished epoch drops the mid-epoch checkpoint");
         assert!(ft.checkpoints.join("epoch-000-posteriors.json").exists());
+    }
+
+    /// Runs `train` and kills it (a panic in the progress callback) at its `k`-th
+    /// progress report.
+    fn kill_at(dir: &Path, texts: &[&str], jury: &JuryData, cfg: &TrainConfig, ft: &FinetuneConfig, k: usize) {
+        let mut calls = 0;
+        let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            train(
+                dir,
+                texts,
+                jury,
+                cfg,
+                ft,
+                |_, _, _| Ok(()),
+                |_, _| {
+                    calls += 1;
+                    if calls == k {
+                        panic!("killed");
+                    }
+                },
+            )
+        }));
+        assert!(killed.is_err(), "the run ended before its report {k}");
+    }
+
+    /// Posteriors of every epoch of a run with these settings, killed at its
+    /// `kill_at_report`-th progress report (if any) and then started again.
+    fn run_with_kill(
+        dir: &Path,
+        texts: &[&str],
+        jury: &JuryData,
+        cfg: &TrainConfig,
+        ft: &FinetuneConfig,
+        kill_at_report: Option<usize>,
+    ) -> Vec<Vec<f32>> {
+        let mut epochs = vec![Vec::new(); cfg.epochs];
+        if let Some(k) = kill_at_report {
+            kill_at(dir, texts, jury, cfg, ft, k);
+            assert!(ft.checkpoints.join("partial.json").exists(), "killed mid-epoch, after a checkpoint");
+        }
+        train(
+            dir,
+            texts,
+            jury,
+            cfg,
+            ft,
+            |e, p, _| {
+                epochs[e] = p.clone();
+                Ok(())
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        epochs
+    }
+
+    #[test]
+    fn a_resumed_run_computes_what_an_uninterrupted_one_does() {
+        let (dir, texts, y, present) = setup();
+        let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
+        let cfg = config(Method::SkillAggX, 2, 7);
+        let ft = |name: &str| FinetuneConfig {
+            encoder_lr: 1e-3,
+            max_tokens: 8,
+            checkpoints: dir.path().join(name),
+            save_every: 1,
+        };
+        let whole = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("whole"), None);
+        // Reports per epoch: three training batches (16, 16, 8 texts), then one scoring
+        // pass; the 6th is epoch 1's second batch, whose checkpoint is on disk by then, so
+        // the resumed run restores weights and optimiser state mid-epoch.
+        let resumed = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("resumed"), Some(6));
+        assert_eq!(whole[0], resumed[0]);
+        let d = whole[1].iter().zip(&resumed[1]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
+        // The optimiser state is what makes them equal: an epoch-0 checkpoint without it
+        // (as written before it was saved) restarts AdamW, and epoch 1 ends elsewhere.
+        let lost = ft("lost");
+        let _ = run_with_kill(dir.path(), &texts, &jury, &TrainConfig { epochs: 1, ..cfg.clone() }, &lost, None);
+        std::fs::remove_file(lost.checkpoints.join("epoch-000-optimiser.safetensors")).unwrap();
+        let restarted = run_with_kill(dir.path(), &texts, &jury, &cfg, &lost, None);
+        let d = whole[1].iter().zip(&restarted[1]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d > 1e-5, "restarting AdamW's statistics changed nothing ({d})");
     }
 }
