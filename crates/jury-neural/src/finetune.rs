@@ -209,6 +209,10 @@ pub fn train(
         }
     }
     let (_, y, mask) = tensors(&Tensor::zeros((jury.n, 1), DType::F32, &dev)?, jury, cfg.method)?;
+    // Tokenized once; training batches follow the seeded shuffle, the scoring pass (no
+    // gradients, so batch composition does not matter) goes in order of length.
+    let rows = frozen.token_rows(texts, ft.max_tokens)?;
+    let score_batches = Encoder::length_batches(&rows, 64);
     for epoch in start..cfg.epochs {
         let mut order: Vec<usize> = (0..jury.n).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64)));
@@ -219,8 +223,7 @@ pub fn train(
         }
         let (mut loss_sum, mut loss_n) = (0.0f64, 0usize);
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
-            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            let (ids, m) = frozen.tokenize(&batch, ft.max_tokens)?;
+            let (ids, m) = frozen.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
             let x = net.forward(&ids, &m, true)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let loss = head.loss(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?, cfg.lambda)?;
@@ -243,13 +246,15 @@ pub fn train(
             progress(Phase::Train, chunk.len());
         }
         // Posteriors of every example with this epoch's encoder.
-        let mut post = Vec::with_capacity(jury.n);
-        for chunk in (0..jury.n).collect::<Vec<_>>().chunks(64) {
-            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            let (ids, m) = frozen.tokenize(&batch, ft.max_tokens)?;
+        let mut post = vec![0f32; jury.n];
+        for chunk in &score_batches {
+            let (ids, m) = frozen.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
             let x = net.forward(&ids, &m, false)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
-            post.extend(head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?);
+            let p = head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?;
+            for (&i, p) in chunk.iter().zip(p) {
+                post[i] = p;
+            }
             progress(Phase::Score(epoch), chunk.len());
         }
         trainee.save(&Checkpoint::epoch(&ft.checkpoints, epoch))?;

@@ -180,7 +180,7 @@ impl Encoder {
         Ok(ids)
     }
 
-    fn pad(&self, rows: &[&Vec<u32>]) -> Result<(Tensor, Tensor), NeuralError> {
+    pub(crate) fn pad(&self, rows: &[&Vec<u32>]) -> Result<(Tensor, Tensor), NeuralError> {
         let width = rows.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
         let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * width), Vec::with_capacity(rows.len() * width));
         for r in rows {
@@ -194,8 +194,21 @@ impl Encoder {
     /// Token ids and attention mask for `texts` (each cut as [`Encoder::embed`] does),
     /// padded to the longest.
     pub fn tokenize(&self, texts: &[&str], max_tokens: usize) -> Result<(Tensor, Tensor), NeuralError> {
-        let rows = texts.iter().enumerate().map(|(i, t)| self.ids(i, t, max_tokens)).collect::<Result<Vec<_>, _>>()?;
+        let rows = self.token_rows(texts, max_tokens)?;
         self.pad(&rows.iter().collect::<Vec<_>>())
+    }
+
+    /// Each text's token ids, cut as [`Encoder::embed`] does, unpadded.
+    pub(crate) fn token_rows(&self, texts: &[&str], max_tokens: usize) -> Result<Vec<Vec<u32>>, NeuralError> {
+        texts.iter().enumerate().map(|(i, t)| self.ids(i, t, max_tokens)).collect()
+    }
+
+    /// Row indices in batches of at most `batch`, in order of token length, so a batch
+    /// pads little (padding changes the cost of a forward pass, not its result).
+    pub(crate) fn length_batches(rows: &[Vec<u32>], batch: usize) -> Vec<Vec<usize>> {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| rows[i].len());
+        order.chunks(batch.max(1)).map(<[usize]>::to_vec).collect()
     }
 
     /// Frozen embeddings of `texts`: [texts, hidden], rows of unit length, in the order
@@ -208,12 +221,10 @@ impl Encoder {
         batch: usize,
         mut progress: impl FnMut(usize),
     ) -> Result<Tensor, NeuralError> {
-        let rows = texts.iter().enumerate().map(|(i, t)| self.ids(i, t, max_tokens)).collect::<Result<Vec<_>, _>>()?;
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by_key(|&i| rows[i].len());
+        let rows = self.token_rows(texts, max_tokens)?;
         let h = self.hidden_size();
         let mut out = vec![0f32; rows.len() * h];
-        for chunk in order.chunks(batch.max(1)) {
+        for chunk in Self::length_batches(&rows, batch) {
             let (ids, mask) = self.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
             let x: Vec<Vec<f32>> = self.model.forward(&ids, &mask, false)?.to_vec2()?;
             for (&i, row) in chunk.iter().zip(x) {
