@@ -227,7 +227,7 @@ mod tests {
                 y.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap()
             );
         }
-        // A fresh optimiser (no state) takes a different step: the state matters.
+        // A state is refused by an optimiser over other variables.
         let d = Var::from_tensor(&init).unwrap();
         let mut fresh = FusedAdamW::new(vec![d.clone()], ParamsAdamW { lr: 1e-2, ..Default::default() }).unwrap();
         let wrong = fresh.load_state(&restored.state().unwrap());

@@ -73,9 +73,9 @@ impl Checkpoint {
     }
 }
 
-/// What trains: the encoder's variables (in name order, so the optimiser's state lines
-/// up with them in every process, whatever `VarMap`'s hash order), the head, and their
-/// optimisers.
+/// What trains and is checkpointed: the encoder's variables, the head, and their
+/// optimisers (the encoder's over its variables in name order, so a saved state lines up
+/// with them in every process, whatever `VarMap`'s hash order).
 struct Trainee<'a> {
     varmap: &'a mut VarMap,
     head: &'a SkillModel,
@@ -223,7 +223,7 @@ pub fn train(
         }
         let (mut loss_sum, mut loss_n) = (0.0f64, 0usize);
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
-            let (ids, m) = frozen.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
+            let (ids, m) = frozen.pad(&rows, chunk)?;
             let x = net.forward(&ids, &m, true)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let loss = head.loss(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?, cfg.lambda)?;
@@ -248,7 +248,7 @@ pub fn train(
         // Posteriors of every example with this epoch's encoder.
         let mut post = vec![0f32; jury.n];
         for chunk in &score_batches {
-            let (ids, m) = frozen.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
+            let (ids, m) = frozen.pad(&rows, chunk)?;
             let x = net.forward(&ids, &m, false)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let p = head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?;

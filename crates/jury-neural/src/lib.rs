@@ -180,22 +180,17 @@ impl Encoder {
         Ok(ids)
     }
 
-    pub(crate) fn pad(&self, rows: &[&Vec<u32>]) -> Result<(Tensor, Tensor), NeuralError> {
-        let width = rows.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
-        let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * width), Vec::with_capacity(rows.len() * width));
-        for r in rows {
+    /// Token ids and attention mask of the rows `pick` of `rows`, in that order, padded
+    /// to the longest.
+    pub(crate) fn pad(&self, rows: &[Vec<u32>], pick: &[usize]) -> Result<(Tensor, Tensor), NeuralError> {
+        let width = pick.iter().map(|&i| rows[i].len()).max().unwrap_or(1).max(1);
+        let (mut ids, mut mask) = (Vec::with_capacity(pick.len() * width), Vec::with_capacity(pick.len() * width));
+        for r in pick.iter().map(|&i| &rows[i]) {
             ids.extend(r.iter().copied().chain(std::iter::repeat_n(0, width - r.len())));
             mask.extend(std::iter::repeat_n(1u32, r.len()).chain(std::iter::repeat_n(0, width - r.len())));
         }
-        let n = rows.len();
+        let n = pick.len();
         Ok((Tensor::from_vec(ids, (n, width), &self.device)?, Tensor::from_vec(mask, (n, width), &self.device)?))
-    }
-
-    /// Token ids and attention mask for `texts` (each cut as [`Encoder::embed`] does),
-    /// padded to the longest.
-    pub fn tokenize(&self, texts: &[&str], max_tokens: usize) -> Result<(Tensor, Tensor), NeuralError> {
-        let rows = self.token_rows(texts, max_tokens)?;
-        self.pad(&rows.iter().collect::<Vec<_>>())
     }
 
     /// Each text's token ids, cut as [`Encoder::embed`] does, unpadded.
@@ -225,7 +220,7 @@ impl Encoder {
         let h = self.hidden_size();
         let mut out = vec![0f32; rows.len() * h];
         for chunk in Self::length_batches(&rows, batch) {
-            let (ids, mask) = self.pad(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>())?;
+            let (ids, mask) = self.pad(&rows, &chunk)?;
             let x: Vec<Vec<f32>> = self.model.forward(&ids, &mask, false)?.to_vec2()?;
             for (&i, row) in chunk.iter().zip(x) {
                 out[i * h..(i + 1) * h].copy_from_slice(&row);
@@ -251,8 +246,10 @@ mod tests {
         let x = enc.embed(&texts, 64, 2, |_| {}).unwrap();
         let sim = x.matmul(&x.t().unwrap()).unwrap().to_vec2::<f32>().unwrap();
         assert!(sim[0][1] > sim[0][2] + 0.3, "{sim:?}");
-        let (ids, _) = enc.tokenize(&["one two three four five six seven"], 4).unwrap();
-        assert_eq!(ids.dims(), &[1, 4]);
+        let rows = enc.token_rows(&["one two three four five six seven"], 4).unwrap();
+        assert_eq!(rows[0].len(), 4);
+        let (ids, mask) = enc.pad(&rows, &[0, 0]).unwrap();
+        assert_eq!((ids.dims(), mask.dims()), (&[2, 4][..], &[2, 4][..]));
         assert!(
             Encoder::load(Path::new("/nonexistent")).err().unwrap().to_string().contains("/nonexistent/config.json")
         );
