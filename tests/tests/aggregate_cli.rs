@@ -388,6 +388,11 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
         assert!(stderr2.contains(&format!("epoch {epoch}: from checkpoint, dev accuracy")), "{stderr2}");
     }
     assert_eq!(metrics("out2")["methods"]["skillagg-x"]["accuracy"], m1["methods"]["skillagg-x"]["accuracy"]);
+    // The learned slopes are reported as in the frozen mode, and replayed with the epoch.
+    let slopes = m1["methods"]["skillagg-x"]["slopes"].as_object().unwrap();
+    assert_eq!(slopes.len(), 3, "{m1}");
+    assert!(slopes.values().all(|s| (-1.0..=1.0).contains(&s.as_f64().unwrap())), "{m1}");
+    assert_eq!(metrics("out2")["methods"]["skillagg-x"]["slopes"], m1["methods"]["skillagg-x"]["slopes"]);
 }
 
 /// Every file under `dir`.

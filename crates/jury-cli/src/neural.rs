@@ -425,15 +425,15 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         &data,
                         &cfg,
                         &ft,
-                        |epoch, post, loss| {
-                            let dev_acc = share_correct(post, &dev, labels);
+                        |epoch, result, loss| {
+                            let dev_acc = share_correct(&result.posteriors, &dev, labels);
                             let loss = loss.map_or("from checkpoint".to_owned(), |l| format!("loss {l:.4}"));
                             eprintln!(
                                 "{} seed {seed} lambda {lambda} epoch {epoch}: {loss}, dev accuracy {dev_acc:.4}",
                                 method.name()
                             );
                             if best.as_ref().is_none_or(|b| dev_acc > b.0) {
-                                best = Some((dev_acc, lambda, epoch, post.clone(), Vec::new()));
+                                best = Some((dev_acc, lambda, epoch, result.posteriors.clone(), result.slopes.clone()));
                             }
                             Ok(())
                         },

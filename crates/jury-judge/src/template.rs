@@ -77,7 +77,8 @@ mod tests {
 
     #[test]
     fn repository_templates_parse() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../prompts");
+        let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()))
+            .join("../../prompts");
         for name in ["truthfulqa", "halueval-dialogue", "chatbot-arena", "demo-facts"] {
             let t = Template::load(&dir.join(format!("{name}.yaml"))).unwrap();
             assert_eq!(t.task, name);

@@ -22,7 +22,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::adamw::FusedAdamW;
-use crate::skill::{JuryData, SkillModel, TrainConfig, tensors};
+use crate::skill::{JuryData, Method, SkillModel, TrainConfig, tensors};
 use crate::{Encoder, NeuralError};
 
 /// Settings of the fine-tuned mode besides [`TrainConfig`].
@@ -147,8 +147,16 @@ pub enum Phase {
     Score(usize),
 }
 
-/// What one epoch produced: posteriors P(positive) for every example.
-pub type EpochResult = Vec<f32>;
+/// What one epoch produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EpochResult {
+    /// P(positive) for every example.
+    pub posteriors: Vec<f32>,
+    /// Each judge's slope p0 + p1 - 1 averaged over all examples (context-level skills
+    /// differ per example). Empty for Train-on-MV, which has no skills, and for an epoch
+    /// checkpointed before slopes were saved with it.
+    pub slopes: Vec<f32>,
+}
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
     NeuralError::File { path: path.to_owned(), reason: e.to_string() }
@@ -183,14 +191,20 @@ pub fn train(
     let head_opt = FusedAdamW::new(head.vars(), params(cfg.lr))?;
     let mut trainee = Trainee { varmap: &mut varmap, head: &head, enc_opt, head_opt };
     let post_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-posteriors.json"));
+    let slopes_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-slopes.json"));
     // Resume: replay finished epochs' results, load the last one's weights.
     // Posteriors of an epoch are renamed into place last, so their presence means the
     // epoch's weights were written; the weights of the last such epoch are kept.
     let mut start = 0;
     while start < cfg.epochs && post_file(start).is_file() {
         let text = std::fs::read_to_string(post_file(start)).map_err(|e| io_err(&post_file(start), e))?;
-        let post: Vec<f32> = serde_json::from_str(&text).map_err(|e| io_err(&post_file(start), e))?;
-        on_epoch(start, &post, None)?;
+        let posteriors: Vec<f32> = serde_json::from_str(&text).map_err(|e| io_err(&post_file(start), e))?;
+        let slopes = match std::fs::read_to_string(slopes_file(start)) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| io_err(&slopes_file(start), e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err(&slopes_file(start), e)),
+        };
+        on_epoch(start, &EpochResult { posteriors, slopes }, None)?;
         progress(Phase::Resumed, jury.n);
         start += 1;
     }
@@ -245,8 +259,11 @@ pub fn train(
             }
             progress(Phase::Train, chunk.len());
         }
-        // Posteriors of every example with this epoch's encoder.
+        // Posteriors of every example with this epoch's encoder, and the judges' slopes
+        // summed over examples (each batch's mean times its size).
         let mut post = vec![0f32; jury.n];
+        let with_skills = cfg.method != Method::TrainOnMv;
+        let mut slope_sum = vec![0f64; if with_skills { jury.k } else { 0 }];
         for chunk in &score_batches {
             let (ids, m) = frozen.pad(&rows, chunk)?;
             let x = net.forward(&ids, &m, false)?;
@@ -255,9 +272,19 @@ pub fn train(
             for (&i, p) in chunk.iter().zip(p) {
                 post[i] = p;
             }
+            if with_skills {
+                for (sum, s) in slope_sum.iter_mut().zip(head.slopes(&x)?) {
+                    *sum += f64::from(s) * chunk.len() as f64;
+                }
+            }
             progress(Phase::Score(epoch), chunk.len());
         }
+        let slopes: Vec<f32> = slope_sum.iter().map(|s| (s / jury.n.max(1) as f64) as f32).collect();
         trainee.save(&Checkpoint::epoch(&ft.checkpoints, epoch))?;
+        let tmp = slopes_file(epoch).with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_string(&slopes).map_err(|e| io_err(&slopes_file(epoch), e))?)
+            .map_err(|e| io_err(&tmp, e))?;
+        std::fs::rename(&tmp, slopes_file(epoch)).map_err(|e| io_err(&slopes_file(epoch), e))?;
         let tmp = post_file(epoch).with_extension("tmp");
         std::fs::write(&tmp, serde_json::to_string(&post).map_err(|e| io_err(&post_file(epoch), e))?)
             .map_err(|e| io_err(&tmp, e))?;
@@ -271,7 +298,7 @@ pub fn train(
         if epoch > 0 {
             Checkpoint::epoch(&ft.checkpoints, epoch - 1).remove();
         }
-        on_epoch(epoch, &post, Some(loss_sum / loss_n.max(1) as f64))?;
+        on_epoch(epoch, &EpochResult { posteriors: post, slopes }, Some(loss_sum / loss_n.max(1) as f64))?;
     }
     Ok(())
 }
@@ -280,7 +307,6 @@ pub fn train(
 mod tests {
     use super::*;
     use crate::bert;
-    use crate::skill::Method;
     use candle_core::Device;
     use candle_nn::VarBuilder;
 
@@ -339,15 +365,17 @@ mod tests {
             &jury,
             &cfg,
             &ft,
-            |e, p, _| {
-                assert_eq!(p.len(), 40);
-                seen.push(e);
+            |_, r, _| {
+                assert_eq!(r.posteriors.len(), 40);
+                assert_eq!(r.slopes.len(), 3);
+                assert!(r.slopes.iter().all(|s| (-1.0..=1.0).contains(s)), "{:?}", r.slopes);
+                seen.push(r.clone());
                 Ok(())
             },
             |_, _| {},
         )
         .unwrap();
-        assert_eq!(seen, [0, 1]);
+        assert_eq!(seen.len(), 2);
         assert!(!ft.checkpoints.join("epoch-000-encoder.safetensors").exists(), "only the last weights are kept");
         let cfg = TrainConfig { epochs: 3, ..cfg };
         let (mut replayed, mut trained, mut counted) = (0, 0, (0, 0));
@@ -357,8 +385,9 @@ mod tests {
             &jury,
             &cfg,
             &ft,
-            |e, _, _| {
+            |e, r, _| {
                 if e < 2 {
+                    assert_eq!(r, &seen[e], "a replayed epoch gives what it gave when trained");
                     replayed += 1
                 } else {
                     trained += 1
@@ -400,8 +429,8 @@ mod tests {
             &jury,
             &cfg,
             &ft,
-            |e, p, _| {
-                assert!(p.iter().all(|v| (0.0..=1.0).contains(v)));
+            |e, r, _| {
+                assert!(r.posteriors.iter().all(|v| (0.0..=1.0).contains(v)));
                 epochs.push(e);
                 Ok(())
             },
@@ -438,7 +467,7 @@ mod tests {
         assert!(killed.is_err(), "the run ended before its report {k}");
     }
 
-    /// Posteriors of every epoch of a run with these settings, killed at its
+    /// Results of every epoch of a run with these settings, killed at its
     /// `kill_at_report`-th progress report (if any) and then started again.
     fn run_with_kill(
         dir: &Path,
@@ -447,8 +476,8 @@ mod tests {
         cfg: &TrainConfig,
         ft: &FinetuneConfig,
         kill_at_report: Option<usize>,
-    ) -> Vec<Vec<f32>> {
-        let mut epochs = vec![Vec::new(); cfg.epochs];
+    ) -> Vec<EpochResult> {
+        let mut epochs = vec![EpochResult::default(); cfg.epochs];
         if let Some(k) = kill_at_report {
             kill_at(dir, texts, jury, cfg, ft, k);
             assert!(ft.checkpoints.join("partial.json").exists(), "killed mid-epoch, after a checkpoint");
@@ -459,8 +488,8 @@ mod tests {
             jury,
             cfg,
             ft,
-            |e, p, _| {
-                epochs[e] = p.clone();
+            |e, r, _| {
+                epochs[e] = r.clone();
                 Ok(())
             },
             |_, _| {},
@@ -486,15 +515,18 @@ mod tests {
         // the resumed run restores weights and optimiser state mid-epoch.
         let resumed = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("resumed"), Some(6));
         assert_eq!(whole[0], resumed[0]);
-        let d = whole[1].iter().zip(&resumed[1]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let d = diff(&whole[1].posteriors, &resumed[1].posteriors);
         assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
+        let d = diff(&whole[1].slopes, &resumed[1].slopes);
+        assert!(d < 1e-6, "the resumed run's slopes differ by {d}");
         // The optimiser state is what makes them equal: an epoch-0 checkpoint without it
         // (as written before it was saved) restarts AdamW, and epoch 1 ends elsewhere.
         let lost = ft("lost");
         let _ = run_with_kill(dir.path(), &texts, &jury, &TrainConfig { epochs: 1, ..cfg.clone() }, &lost, None);
         std::fs::remove_file(lost.checkpoints.join("epoch-000-optimiser.safetensors")).unwrap();
         let restarted = run_with_kill(dir.path(), &texts, &jury, &cfg, &lost, None);
-        let d = whole[1].iter().zip(&restarted[1]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let d = diff(&whole[1].posteriors, &restarted[1].posteriors);
         assert!(d > 1e-5, "restarting AdamW's statistics changed nothing ({d})");
     }
 }

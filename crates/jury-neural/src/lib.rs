@@ -239,7 +239,8 @@ mod tests {
     /// sentences are closer than unrelated ones, and truncation keeps the start.
     #[test]
     fn real_encoder_puts_paraphrases_closer() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+        let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()))
+            .join("../../models/all-MiniLM-L6-v2");
         assert!(dir.join("model.safetensors").is_file(), "{} missing: run scripts/fetch-encoder.sh", dir.display());
         let enc = Encoder::load(&dir).unwrap();
         let texts = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."];

@@ -1,7 +1,7 @@
 //! Helpers shared by the end-to-end tests: run the real `jury` program (this package's
 //! `jury-e2e` binary: `jury_cli::main`, the same code as `jury`) the way a user does.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Path of the program under test; cargo builds it for integration tests.
@@ -14,8 +14,11 @@ pub fn jury(args: &[&str]) -> Output {
     Command::new(jury_bin()).args(args).output().expect("starting jury")
 }
 
-/// Repository root (for committed data sets, prompts and fetched models).
+/// Repository root (for committed data sets, prompts and fetched models). Read from
+/// cargo's environment at run time: a test binary reused from a checkout at another path
+/// (one shared target folder) would otherwise read that checkout's files.
 #[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
-pub fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root")
+pub fn repo_root() -> PathBuf {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    Path::new(&manifest).parent().expect("repository root").to_owned()
 }
