@@ -162,6 +162,14 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
     NeuralError::File { path: path.to_owned(), reason: e.to_string() }
 }
 
+/// Writes `value` as JSON to a temporary name, then renames it to `path`: the file
+/// appears whole or not at all.
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), NeuralError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string(value).map_err(|e| io_err(path, e))?).map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
 /// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors, loss)` is called for
 /// every epoch, finished now or found in the checkpoint folder (resume). `loss` is the
 /// mean training loss over the epoch's batches trained by this call (`None` for an
@@ -251,11 +259,7 @@ pub fn train(
                 // checkpoint rather than a marker naming the wrong weights.
                 let _ = std::fs::remove_file(&partial_file);
                 trainee.save(&partial)?;
-                let marker =
-                    serde_json::to_string(&Partial { epoch, batches: b + 1 }).map_err(|e| io_err(&partial_file, e))?;
-                let tmp = partial_file.with_extension("tmp");
-                std::fs::write(&tmp, marker).map_err(|e| io_err(&tmp, e))?;
-                std::fs::rename(&tmp, &partial_file).map_err(|e| io_err(&partial_file, e))?;
+                write_json(&partial_file, &Partial { epoch, batches: b + 1 })?;
             }
             progress(Phase::Train, chunk.len());
         }
@@ -281,16 +285,10 @@ pub fn train(
         }
         let slopes: Vec<f32> = slope_sum.iter().map(|s| (s / jury.n.max(1) as f64) as f32).collect();
         trainee.save(&Checkpoint::epoch(&ft.checkpoints, epoch))?;
-        let tmp = slopes_file(epoch).with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_string(&slopes).map_err(|e| io_err(&slopes_file(epoch), e))?)
-            .map_err(|e| io_err(&tmp, e))?;
-        std::fs::rename(&tmp, slopes_file(epoch)).map_err(|e| io_err(&slopes_file(epoch), e))?;
-        let tmp = post_file(epoch).with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_string(&post).map_err(|e| io_err(&post_file(epoch), e))?)
-            .map_err(|e| io_err(&tmp, e))?;
+        write_json(&slopes_file(epoch), &slopes)?;
         // The posteriors file marks the epoch as done; the mid-epoch checkpoint, now
         // behind it, goes (marker first, so no stale marker outlives its weights).
-        std::fs::rename(&tmp, post_file(epoch)).map_err(|e| io_err(&post_file(epoch), e))?;
+        write_json(&post_file(epoch), &post)?;
         let _ = std::fs::remove_file(&partial_file);
         partial.remove();
         // Only the last epoch's weights are kept (90 MB each for MiniLM, twice that for

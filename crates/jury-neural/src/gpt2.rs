@@ -164,15 +164,13 @@ impl Gpt2 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
     use candle_core::Device;
     use candle_nn::VarMap;
 
     fn fixture() -> std::path::PathBuf {
-        Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()))
-            .join("testdata/tiny-gpt2")
+        crate::crate_dir().join("testdata/tiny-gpt2")
     }
 
     fn load_fixture() -> Gpt2 {

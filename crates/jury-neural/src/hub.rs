@@ -77,9 +77,7 @@ mod tests {
         std::fs::write(repo.join("refs").join(rev), "c0ffee").unwrap();
         let snap = repo.join("snapshots/c0ffee");
         std::fs::create_dir_all(&snap).unwrap();
-        let fixture =
-            Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()))
-                .join("testdata/tiny-gpt2");
+        let fixture = crate::crate_dir().join("testdata/tiny-gpt2");
         for f in ENCODER_FILES {
             std::fs::copy(fixture.join(f), snap.join(f)).unwrap();
         }

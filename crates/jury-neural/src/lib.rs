@@ -231,6 +231,14 @@ impl Encoder {
     }
 }
 
+/// This crate's folder, from cargo's environment at run time (tests reused from a
+/// checkout at another path, one shared target folder, would read that checkout's files
+/// through the compile-time value).
+#[cfg(test)]
+pub(crate) fn crate_dir() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,8 +247,7 @@ mod tests {
     /// sentences are closer than unrelated ones, and truncation keeps the start.
     #[test]
     fn real_encoder_puts_paraphrases_closer() {
-        let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()))
-            .join("../../models/all-MiniLM-L6-v2");
+        let dir = crate::crate_dir().join("../../models/all-MiniLM-L6-v2");
         assert!(dir.join("model.safetensors").is_file(), "{} missing: run scripts/fetch-encoder.sh", dir.display());
         let enc = Encoder::load(&dir).unwrap();
         let texts = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."];
