@@ -68,6 +68,50 @@ impl Head {
     }
 }
 
+/// Per-judge parameters read as logits: task-level (one bias row shared by every
+/// example) or context-level for -X (a linear map from the context vector plus that
+/// bias; its weight starts small, so every example starts at the bias's values).
+pub(crate) struct JudgeLogits {
+    w: Option<Var>,
+    b: Var,
+}
+
+impl JudgeLogits {
+    /// `start`: the bias's starting logits; with `from_context`, a weight [h, len] is
+    /// drawn from `rng` (after the caller's head, which fixes the draw order).
+    pub(crate) fn new(
+        h: usize,
+        start: Vec<f32>,
+        from_context: bool,
+        rng: &mut ChaCha8Rng,
+        dev: &Device,
+    ) -> Result<Self, NeuralError> {
+        let len = start.len();
+        let w = if from_context { Some(init(rng, (h, len), 0.01 * (1.0 / h as f64).sqrt(), dev)?) } else { None };
+        let b = Var::from_tensor(&Tensor::from_vec(start, (1, len), dev)?)?;
+        Ok(Self { w, b })
+    }
+
+    /// The logits [batch, len] for context vectors `x` [batch, h].
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
+        Ok(match &self.w {
+            Some(w) => x.matmul(w.as_tensor())?.broadcast_add(self.b.as_tensor())?,
+            None => self.b.as_tensor().broadcast_as((x.dim(0)?, self.b.dim(1)?))?.contiguous()?,
+        })
+    }
+
+    /// A model's trainable tensors in checkpoint order: the head's weight and bias, the
+    /// judges' bias, their weight when context-level, then the head's hidden layer.
+    pub(crate) fn model_vars(&self, head: &Head) -> Vec<Var> {
+        let head = head.vars();
+        let mut v = head[..2].to_vec();
+        v.push(self.b.clone());
+        v.extend(self.w.clone());
+        v.extend(head[2..].iter().cloned());
+        v
+    }
+}
+
 /// Mini-batch AdamW (`adamw`'s fused in-place form of candle's update) over `cfg.epochs`
 /// epochs, batches drawn from `rng` in a shuffled order; `loss(x, y, mask)` is evaluated
 /// per batch (rows of the three tensors) and `on_epoch(epoch, mean loss)` runs after

@@ -20,7 +20,7 @@ use jury_core::argmax;
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
-use crate::head::{self, Head, init};
+use crate::head::{self, Head, JudgeLogits};
 use crate::skill::{Method, TrainConfig};
 
 /// Judge outputs for C classes: `y[(n*k + j)*c + class]` = judge j's probability of
@@ -36,8 +36,8 @@ pub struct MultiData<'a> {
 /// A trained multi-class model's parameters.
 pub struct MultiModel {
     head: Head,
-    conf_w: Option<Var>,
-    conf_b: Var,
+    /// K x C x C confusion logits, through a softmax over each row.
+    conf: JudgeLogits,
     /// `eye[c][c']` = 1 on the diagonal: picks the traces out of the confusion matrices.
     eye: Tensor,
     k: usize,
@@ -58,29 +58,20 @@ impl MultiModel {
             return Err(NeuralError::Setting("per-judge starting skills take binary judgments".into()));
         }
         let head = Head::new(h, c, cfg.hidden, rng, dev)?;
-        let conf_w = match cfg.method {
-            Method::SkillAggX => Some(init(rng, (h, k * c * c), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
-            _ => None,
-        };
         // A diagonal logit d with off-diagonal 0 gives P(correct) = e^d / (e^d + C - 1).
         let d = (cfg.skill_init * (c as f64 - 1.0) / (1.0 - cfg.skill_init)).ln() as f32;
         let bias: Vec<f32> =
             (0..k * c * c).map(|i| if (i % (c * c)).is_multiple_of(c + 1) { d } else { 0.0 }).collect();
-        let conf_b = Var::from_tensor(&Tensor::from_vec(bias, (1, k * c * c), dev)?)?;
+        let conf = JudgeLogits::new(h, bias, cfg.method == Method::SkillAggX, rng, dev)?;
         let eye: Vec<f32> = (0..c * c).map(|i| if i.is_multiple_of(c + 1) { 1.0 } else { 0.0 }).collect();
         let eye = Tensor::from_vec(eye, (1, 1, c, c), dev)?;
-        Ok(Self { head, conf_w, conf_b, eye, k, c, method: cfg.method })
+        Ok(Self { head, conf, eye, k, c, method: cfg.method })
     }
 
     /// The trainable tensors in a fixed order (head weight, head bias, confusion bias,
     /// then the confusion weight and the hidden layer when present).
     pub fn vars(&self) -> Vec<Var> {
-        let head = self.head.vars();
-        let mut v = head[..2].to_vec();
-        v.push(self.conf_b.clone());
-        v.extend(self.conf_w.clone());
-        v.extend(head[2..].iter().cloned());
-        v
+        self.conf.model_vars(&self.head)
     }
 
     /// Bottleneck s: [batch, C].
@@ -91,10 +82,7 @@ impl MultiModel {
     /// Confusion matrices [batch, K, C, C], rows summing to 1.
     pub fn confusion(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
         let b = x.dim(0)?;
-        let logits = match &self.conf_w {
-            Some(w) => x.matmul(w.as_tensor())?.broadcast_add(self.conf_b.as_tensor())?,
-            None => self.conf_b.as_tensor().broadcast_as((b, self.k * self.c * self.c))?.contiguous()?,
-        };
+        let logits = self.conf.forward(x)?;
         Ok(candle_nn::ops::softmax(&logits.reshape((b, self.k, self.c, self.c))?, D::Minus1)?)
     }
 

@@ -15,7 +15,7 @@ use candle_core::{Device, Tensor, Var};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
-use crate::head::{self, Head, init};
+use crate::head::{self, Head, JudgeLogits};
 
 /// Which model, and how its posterior is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +76,8 @@ pub struct JuryData<'a> {
 /// A trained model's parameters.
 pub struct SkillModel {
     head: Head,
-    skill_w: Option<Var>,
-    skill_b: Var,
+    /// [p0 of every judge, then p1 of every judge], through a sigmoid.
+    skills: JudgeLogits,
     k: usize,
     method: Method,
 }
@@ -107,23 +107,14 @@ fn start_logits(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
 impl SkillModel {
     pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
         let head = Head::new(h, 2, cfg.hidden, rng, dev)?;
-        let skill_w = match cfg.method {
-            Method::SkillAggX => Some(init(rng, (h, 2 * k), 0.01 * (1.0 / h as f64).sqrt(), dev)?),
-            _ => None,
-        };
-        let skill_b = Var::from_tensor(&Tensor::from_vec(start_logits(cfg, k)?, (1, 2 * k), dev)?)?;
-        Ok(Self { head, skill_w, skill_b, k, method: cfg.method })
+        let skills = JudgeLogits::new(h, start_logits(cfg, k)?, cfg.method == Method::SkillAggX, rng, dev)?;
+        Ok(Self { head, skills, k, method: cfg.method })
     }
 
     /// The trainable tensors, in a fixed order (head weight, head bias, skill bias, then
     /// the skill weight and the hidden layer when present).
     pub fn vars(&self) -> Vec<Var> {
-        let head = self.head.vars();
-        let mut v = head[..2].to_vec();
-        v.push(self.skill_b.clone());
-        v.extend(self.skill_w.clone());
-        v.extend(head[2..].iter().cloned());
-        v
+        self.skills.model_vars(&self.head)
     }
 
     /// Bottleneck s: [batch, 2].
@@ -133,11 +124,7 @@ impl SkillModel {
 
     /// Skills (p0, p1), each [batch, K] (task-level skills broadcast over the batch).
     pub fn skills(&self, x: &Tensor) -> Result<(Tensor, Tensor), NeuralError> {
-        let b = x.dim(0)?;
-        let logits = match &self.skill_w {
-            Some(w) => x.matmul(w.as_tensor())?.broadcast_add(self.skill_b.as_tensor())?,
-            None => self.skill_b.as_tensor().broadcast_as((b, 2 * self.k))?.contiguous()?,
-        };
+        let logits = self.skills.forward(x)?;
         let p = candle_nn::ops::sigmoid(&logits)?;
         Ok((p.narrow(1, 0, self.k)?, p.narrow(1, self.k, self.k)?))
     }
