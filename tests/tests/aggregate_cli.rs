@@ -395,6 +395,37 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
     assert_eq!(metrics("out2")["methods"]["skillagg-x"]["slopes"], m1["methods"]["skillagg-x"]["slopes"]);
 }
 
+/// Fine-tuned Crowdlayer and SkillAggregation without the regulariser share one trained
+/// model: the second method of the run replays the first one's checkpoints and reads
+/// them its own way.
+#[test]
+fn fine_tuned_crowdlayer_and_skillagg_noreg_train_once() {
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 40);
+    let cache = dir.path().join("cache");
+    let flags = ["--methods", "crowdlayer,skillagg-noreg", "--dev-size", "10", "--seeds", "1", "--epochs", "2"];
+    let flags = [&flags[..], &["--encoder", "finetune", "--max-tokens", "16", "--batch", "8"]].concat();
+    let out = aggregate_contexts(dir.path(), &cache, &flags, "out");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("fine-tuning crowdlayer (trained as skillagg-noreg) seed 0 lambda 0: "), "{stderr}");
+    assert!(stderr.contains("crowdlayer seed 0 lambda 0 epoch 1: loss "), "{stderr}");
+    for epoch in 0..2 {
+        assert!(stderr.contains(&format!("skillagg-noreg seed 0 lambda 0 epoch {epoch}: from checkpoint")), "{stderr}");
+    }
+    assert!(!stderr.contains("skillagg-noreg seed 0 lambda 0 epoch 0: loss"), "trained twice: {stderr}");
+    let dirs: Vec<String> = walk(&cache.join("jury/finetune"))
+        .iter()
+        .filter_map(|p| p.parent()?.file_name()?.to_str().map(str::to_owned))
+        .collect();
+    assert!(dirs.iter().all(|d| d == "skillagg-noreg-seed0-lambda0"), "{dirs:?}");
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();
+    for method in ["crowdlayer", "skillagg-noreg"] {
+        let acc = m["methods"][method]["accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc), "{m}");
+    }
+}
+
 /// Every file under `dir`.
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -402,6 +402,14 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     judge_skills: judge_skills.clone(),
                 };
                 if let Some(texts) = &texts {
+                    // Crowdlayer trains as SkillAggregation without the regulariser does
+                    // (same loss, start and batches) and reads the context model alone,
+                    // so the two share one run's checkpoints: the second replays them.
+                    let (train_as, read_prior) = match method {
+                        NeuralMethod::Crowdlayer => (NeuralMethod::SkillAggNoReg, true),
+                        _ => (method, false),
+                    };
+                    let cfg = TrainConfig { method: train_as.model(), ..cfg };
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     let ft = jury_neural::finetune::FinetuneConfig {
                         encoder_lr: FINETUNE_ENCODER_LR,
@@ -411,11 +419,12 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                             .embed_cache
                             .join("../finetune")
                             .join(ft_key.as_deref().unwrap_or("frozen"))
-                            .join(format!("{}-seed{seed}-lambda{lambda}", method.name())),
+                            .join(format!("{}-seed{seed}-lambda{lambda}", train_as.name())),
                     };
+                    let shared = if read_prior { format!(" (trained as {})", train_as.name()) } else { String::new() };
                     let bar = ProgressBar::new((n * opts.epochs) as u64);
                     let log = jury_runner::LogProgress::new(
-                        format!("fine-tuning {} seed {seed} lambda {lambda}", method.name()),
+                        format!("fine-tuning {}{shared} seed {seed} lambda {lambda}", method.name()),
                         (n * opts.epochs) as u64,
                     );
                     let mut scored: Option<(usize, jury_runner::LogProgress)> = None;
@@ -426,14 +435,22 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         &cfg,
                         &ft,
                         |epoch, result, loss| {
-                            let dev_acc = share_correct(&result.posteriors, &dev, labels);
+                            let post = if read_prior { &result.prior } else { &result.posteriors };
+                            if post.len() != n {
+                                return Err(jury_neural::NeuralError::Setting(format!(
+                                    "{}: epoch {epoch} was checkpointed without the context model's own \
+                                     posteriors; remove the folder to train it again",
+                                    ft.checkpoints.display()
+                                )));
+                            }
+                            let dev_acc = share_correct(post, &dev, labels);
                             let loss = loss.map_or("from checkpoint".to_owned(), |l| format!("loss {l:.4}"));
                             eprintln!(
                                 "{} seed {seed} lambda {lambda} epoch {epoch}: {loss}, dev accuracy {dev_acc:.4}",
                                 method.name()
                             );
                             if best.as_ref().is_none_or(|b| dev_acc > b.0) {
-                                best = Some((dev_acc, lambda, epoch, result.posteriors.clone(), result.slopes.clone()));
+                                best = Some((dev_acc, lambda, epoch, post.clone(), result.slopes.clone()));
                             }
                             Ok(())
                         },

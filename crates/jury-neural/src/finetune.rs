@@ -152,6 +152,10 @@ pub enum Phase {
 pub struct EpochResult {
     /// P(positive) for every example.
     pub posteriors: Vec<f32>,
+    /// The context model alone, s1 = P(positive | text), for every example: Crowdlayer's
+    /// read of a model trained as SkillAggregation without the regulariser (the two train
+    /// alike). Empty for an epoch checkpointed before it was saved with it.
+    pub prior: Vec<f32>,
     /// Each judge's slope p0 + p1 - 1 averaged over all examples (context-level skills
     /// differ per example). Empty for Train-on-MV, which has no skills, and for an epoch
     /// checkpointed before slopes were saved with it.
@@ -168,6 +172,16 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), NeuralEr
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_string(value).map_err(|e| io_err(path, e))?).map_err(|e| io_err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
+/// A list written beside an epoch's posteriors; empty when the epoch was checkpointed
+/// before the file was written with it.
+fn read_optional(path: &Path) -> Result<Vec<f32>, NeuralError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| io_err(path, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_err(path, e)),
+    }
 }
 
 /// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors, loss)` is called for
@@ -200,6 +214,7 @@ pub fn train(
     let mut trainee = Trainee { varmap: &mut varmap, head: &head, enc_opt, head_opt };
     let post_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-posteriors.json"));
     let slopes_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-slopes.json"));
+    let prior_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-prior.json"));
     // Resume: replay finished epochs' results, load the last one's weights.
     // Posteriors of an epoch are renamed into place last, so their presence means the
     // epoch's weights were written; the weights of the last such epoch are kept.
@@ -207,12 +222,8 @@ pub fn train(
     while start < cfg.epochs && post_file(start).is_file() {
         let text = std::fs::read_to_string(post_file(start)).map_err(|e| io_err(&post_file(start), e))?;
         let posteriors: Vec<f32> = serde_json::from_str(&text).map_err(|e| io_err(&post_file(start), e))?;
-        let slopes = match std::fs::read_to_string(slopes_file(start)) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| io_err(&slopes_file(start), e))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io_err(&slopes_file(start), e)),
-        };
-        on_epoch(start, &EpochResult { posteriors, slopes }, None)?;
+        let (slopes, prior) = (read_optional(&slopes_file(start))?, read_optional(&prior_file(start))?);
+        on_epoch(start, &EpochResult { posteriors, prior, slopes }, None)?;
         progress(Phase::Resumed, jury.n);
         start += 1;
     }
@@ -265,7 +276,7 @@ pub fn train(
         }
         // Posteriors of every example with this epoch's encoder, and the judges' slopes
         // summed over examples (each batch's mean times its size).
-        let mut post = vec![0f32; jury.n];
+        let (mut post, mut prior) = (vec![0f32; jury.n], vec![0f32; jury.n]);
         let with_skills = cfg.method != Method::TrainOnMv;
         let mut slope_sum = vec![0f64; if with_skills { jury.k } else { 0 }];
         for chunk in &score_batches {
@@ -273,8 +284,9 @@ pub fn train(
             let x = net.forward(&ids, &m, false)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let p = head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?;
-            for (&i, p) in chunk.iter().zip(p) {
+            for ((&i, p), s) in chunk.iter().zip(p).zip(head.prior(&x)?) {
                 post[i] = p;
+                prior[i] = s;
             }
             if with_skills {
                 for (sum, s) in slope_sum.iter_mut().zip(head.slopes(&x)?) {
@@ -286,6 +298,7 @@ pub fn train(
         let slopes: Vec<f32> = slope_sum.iter().map(|s| (s / jury.n.max(1) as f64) as f32).collect();
         trainee.save(&Checkpoint::epoch(&ft.checkpoints, epoch))?;
         write_json(&slopes_file(epoch), &slopes)?;
+        write_json(&prior_file(epoch), &prior)?;
         // The posteriors file marks the epoch as done; the mid-epoch checkpoint, now
         // behind it, goes (marker first, so no stale marker outlives its weights).
         write_json(&post_file(epoch), &post)?;
@@ -296,7 +309,7 @@ pub fn train(
         if epoch > 0 {
             Checkpoint::epoch(&ft.checkpoints, epoch - 1).remove();
         }
-        on_epoch(epoch, &EpochResult { posteriors: post, slopes }, Some(loss_sum / loss_n.max(1) as f64))?;
+        on_epoch(epoch, &EpochResult { posteriors: post, prior, slopes }, Some(loss_sum / loss_n.max(1) as f64))?;
     }
     Ok(())
 }
@@ -526,5 +539,29 @@ mod tests {
         let restarted = run_with_kill(dir.path(), &texts, &jury, &cfg, &lost, None);
         let d = diff(&whole[1].posteriors, &restarted[1].posteriors);
         assert!(d > 1e-5, "restarting AdamW's statistics changed nothing ({d})");
+    }
+
+    /// Crowdlayer and SkillAggregation without the regulariser train alike (same loss,
+    /// initialisation and batches for a seed) and differ only in how the posterior is
+    /// read, so the CLI trains one model for both: Crowdlayer's posteriors are the other
+    /// run's prior, epoch by epoch, and the two reads differ.
+    #[test]
+    fn crowdlayer_is_the_prior_of_skillaggregation_without_the_regulariser() {
+        let (dir, texts, y, present) = setup();
+        let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
+        let run = |method, name: &str| {
+            let cfg = TrainConfig { lambda: 0.0, ..config(method, 2, 5) };
+            let ft =
+                FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join(name), save_every: 0 };
+            run_with_kill(dir.path(), &texts, &jury, &cfg, &ft, None)
+        };
+        let (cl, sa) = (run(Method::Crowdlayer, "cl"), run(Method::SkillAgg, "sa"));
+        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        for e in 0..2 {
+            assert_eq!(sa[e].prior.len(), 40);
+            assert!(diff(&cl[e].posteriors, &sa[e].prior) < 1e-6, "epoch {e}");
+            assert!(diff(&cl[e].slopes, &sa[e].slopes) < 1e-6, "epoch {e}");
+            assert!(diff(&sa[e].posteriors, &sa[e].prior) > 1e-3, "epoch {e}: the judges changed nothing");
+        }
     }
 }

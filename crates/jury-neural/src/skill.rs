@@ -151,6 +151,12 @@ impl SkillModel {
         Ok((ce + (slope.sqr()?.mean_all()? * lambda)?)?)
     }
 
+    /// The context model alone: s1 = P(c = 1 | x) per example, without the judges'
+    /// outputs (Crowdlayer's and Train-on-MV's posterior).
+    pub fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        Ok(self.bottleneck(x)?.narrow(1, 1, 1)?.flatten_all()?.to_vec1()?)
+    }
+
     /// Posterior P(c = 1 | x, judges) per example. SkillAgg / -X: the paper's section
     /// 4.3, s1 prod_j P(b_j | c=1) against s0 prod_j P(b_j | c=0) over the available
     /// judges, on the judges' binary verdicts b = 1[y > 0.5] (the conditional-independence
@@ -158,10 +164,10 @@ impl SkillModel {
     /// P(b | c=1) = p1^b (1-p1)^(1-b) and P(b | c=0) = (1-p0)^b p0^(1-b), in log space.
     /// Crowdlayer and Train-on-MV: s1.
     pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        let s = self.bottleneck(x)?;
         if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
-            return Ok(s.narrow(1, 1, 1)?.flatten_all()?.to_vec1()?);
+            return self.prior(x);
         }
+        let s = self.bottleneck(x)?;
         let y = &y.gt(0.5)?.to_dtype(candle_core::DType::F32)?;
         let eps = 1e-6;
         let (p0, p1) = self.skills(x)?;
