@@ -286,6 +286,12 @@ fn context_dependent_methods_take_three_classes() {
     }
     assert_eq!(m["methods"]["skillagg"]["slopes"].as_object().unwrap().len(), 3);
     assert!(acc("skillagg") > acc("mv"), "skillagg {} vs mv {}", acc("skillagg"), acc("mv"));
+    // The context model alone is reported beside the methods that also read the judges.
+    for name in ["skillagg", "skillagg-x"] {
+        let c = m["methods"][name]["context_accuracy"]["accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&c), "{name}: {}", m["methods"][name]);
+    }
+    assert!(m["methods"]["crowdlayer"].get("context_accuracy").is_none());
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
     let header = predictions.lines().next().unwrap();
     assert!(header.ends_with("skillagg-x_p0,skillagg-x_p1,skillagg-x_p2,skillagg-x_label"), "{header}");
@@ -393,6 +399,9 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
     assert_eq!(slopes.len(), 3, "{m1}");
     assert!(slopes.values().all(|s| (-1.0..=1.0).contains(&s.as_f64().unwrap())), "{m1}");
     assert_eq!(metrics("out2")["methods"]["skillagg-x"]["slopes"], m1["methods"]["skillagg-x"]["slopes"]);
+    let context = &m1["methods"]["skillagg-x"]["context_accuracy"];
+    assert!((0.0..=1.0).contains(&context["accuracy"].as_f64().unwrap()), "{m1}");
+    assert_eq!(&metrics("out2")["methods"]["skillagg-x"]["context_accuracy"], context);
 }
 
 /// Fine-tuned Crowdlayer and SkillAggregation without the regulariser share one trained
@@ -424,6 +433,11 @@ fn fine_tuned_crowdlayer_and_skillagg_noreg_train_once() {
         let acc = m["methods"][method]["accuracy"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&acc), "{m}");
     }
+    // skillagg-noreg's context model is Crowdlayer's: at the same epoch (as the dev set
+    // picks in this setup), the same score.
+    let (cl, sa) = (&m["methods"]["crowdlayer"], &m["methods"]["skillagg-noreg"]);
+    assert_eq!(cl["chosen"], sa["chosen"], "{m}");
+    assert_eq!(sa["context_accuracy"]["accuracy"], cl["accuracy"], "{m}");
 }
 
 /// Every file under `dir`.

@@ -383,8 +383,12 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
             }
             let (mean, std) =
                 (r.json["accuracy"].as_f64().unwrap_or(f64::NAN), r.json["std"].as_f64().unwrap_or(f64::NAN));
+            let context = match r.json["context_accuracy"]["accuracy"].as_f64() {
+                Some(a) => format!("; context model alone {a:.4}"),
+                None => String::new(),
+            };
             neural_table.push_str(&format!(
-                "{:<16}  {mean:.4} +- {std:.4} over {} seeds (dev set {} per seed)\n",
+                "{:<16}  {mean:.4} +- {std:.4} over {} seeds (dev set {} per seed{context})\n",
                 r.method.name(),
                 r.accuracies.len(),
                 opts.dev_size

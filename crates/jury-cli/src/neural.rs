@@ -312,8 +312,26 @@ fn read_partial(path: &Path, h: usize, rows: &mut [Option<Vec<f32>>]) -> Result<
     Ok(filled)
 }
 
-/// The dev set's pick so far: (dev accuracy, lambda, epoch, posteriors, slopes).
-type Checkpoint = (f64, f64, usize, Vec<f32>, Vec<f32>);
+/// The dev set's pick so far.
+struct Pick {
+    dev_acc: f64,
+    lambda: f64,
+    epoch: usize,
+    posteriors: Vec<f32>,
+    /// Each judge's slope; empty for Train-on-MV.
+    slopes: Vec<f32>,
+    /// The context model alone (s_n, P(positive) or C per example) for the methods whose
+    /// posterior also reads the judges; empty for the others.
+    context: Vec<f32>,
+}
+
+impl NeuralMethod {
+    /// Whether the posterior combines the context model with the judges' outputs (Eq. 8),
+    /// so the context model's own accuracy is worth reporting beside it.
+    fn reads_judges(self) -> bool {
+        matches!(self, NeuralMethod::SkillAgg | NeuralMethod::SkillAggNoReg | NeuralMethod::SkillAggX)
+    }
+}
 
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary
 /// judgments with `jury_neural::skill`, C > 2 classes with `jury_neural::multiclass`
@@ -382,10 +400,11 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     for &method in methods {
         let m_start = Instant::now();
         let (mut accs, mut devs, mut chosen, mut slopes_all) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut context_accs = Vec::new();
         let mut first_post = Vec::new();
         for seed in 0..opts.seeds as u64 {
             let (dev, test) = split(&labeled, seed, opts.dev_size);
-            let mut best: Option<Checkpoint> = None;
+            let mut best: Option<Pick> = None;
             for lambda in method.lambdas(&opts.lambdas) {
                 let cfg = TrainConfig {
                     method: method.model(),
@@ -449,8 +468,16 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                                 "{} seed {seed} lambda {lambda} epoch {epoch}: {loss}, dev accuracy {dev_acc:.4}",
                                 method.name()
                             );
-                            if best.as_ref().is_none_or(|b| dev_acc > b.0) {
-                                best = Some((dev_acc, lambda, epoch, post.clone(), result.slopes.clone()));
+                            if best.as_ref().is_none_or(|b| dev_acc > b.dev_acc) {
+                                let context = if method.reads_judges() { result.prior.clone() } else { Vec::new() };
+                                best = Some(Pick {
+                                    dev_acc,
+                                    lambda,
+                                    epoch,
+                                    posteriors: post.clone(),
+                                    slopes: result.slopes.clone(),
+                                    context,
+                                });
                             }
                             Ok(())
                         },
@@ -482,34 +509,37 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     bar.finish_and_clear();
                     continue;
                 }
-                let mut keep =
-                    |epoch: usize,
-                     loss: f64,
-                     post: Vec<f32>,
-                     slopes: &dyn Fn() -> Result<Vec<f32>, jury_neural::NeuralError>| {
-                        let dev_acc = share_correct(&post, &dev, labels);
-                        eprintln!(
-                            "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
-                            method.name()
-                        );
-                        if best.as_ref().is_none_or(|b| dev_acc > b.0) {
-                            let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { slopes()? };
-                            best = Some((dev_acc, lambda, epoch, post, slopes));
-                        }
-                        Ok(())
-                    };
+                type Lazy<'a> = &'a dyn Fn() -> Result<Vec<f32>, jury_neural::NeuralError>;
+                let mut keep = |epoch: usize, loss: f64, posteriors: Vec<f32>, slopes: Lazy, context: Lazy| {
+                    let dev_acc = share_correct(&posteriors, &dev, labels);
+                    eprintln!(
+                        "{} seed {seed} lambda {lambda} epoch {epoch}: loss {loss:.4}, dev accuracy {dev_acc:.4}",
+                        method.name()
+                    );
+                    if best.as_ref().is_none_or(|b| dev_acc > b.dev_acc) {
+                        let slopes = if method.model() == Method::TrainOnMv { Vec::new() } else { slopes()? };
+                        let context = if method.reads_judges() { context()? } else { Vec::new() };
+                        best = Some(Pick { dev_acc, lambda, epoch, posteriors, slopes, context });
+                    }
+                    Ok(())
+                };
                 if c == 2 {
                     skill::train(&x, &data, &cfg, |epoch, loss, model| {
-                        keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x))
+                        keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x), &|| model.prior(&x))
                     })?;
                 } else {
                     multiclass::train(&x, &multi, &cfg, |epoch, loss, model| {
-                        keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x))
+                        keep(epoch, loss, model.posterior(&x, &yt, &mt)?, &|| model.slopes(&x), &|| model.prior(&x))
                     })?;
                 }
             }
-            let Some((dev_acc, lambda, epoch, post, slopes)) = best else { bail!("no epochs were trained") };
+            let Some(Pick { dev_acc, lambda, epoch, posteriors: post, slopes, context }) = best else {
+                bail!("no epochs were trained")
+            };
             let acc = share_correct(&post, &test, labels);
+            if !context.is_empty() {
+                context_accs.push(share_correct(&context, &test, labels));
+            }
             accs.push(acc);
             devs.push(dev_acc);
             chosen.push(json!({"lambda": lambda, "epoch": epoch}));
@@ -530,6 +560,13 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             "dev_size": opts.dev_size, "seconds": m_start.elapsed().as_secs_f64(),
             "embedding_seconds": embed_seconds,
         });
+        // The context model alone at the chosen epochs, on the same test splits: how
+        // much reading the judges through Eq. (8) adds to (or takes from) it. Every
+        // seed or none (an old fine-tuning checkpoint has no context read).
+        if !context_accs.is_empty() && context_accs.len() == accs.len() {
+            let (mean, std) = mean_std(&context_accs);
+            entry["context_accuracy"] = json!({"accuracy": mean, "std": std, "seeds": context_accs});
+        }
         if !slopes_all.is_empty() {
             let mean_slopes: Vec<f64> = (0..k)
                 .map(|jj| slopes_all.iter().map(|s| s[jj] as f64).sum::<f64>() / slopes_all.len() as f64)

@@ -79,6 +79,11 @@ impl MultiModel {
         self.head.forward(x)
     }
 
+    /// The context model alone: s flattened, C values per example.
+    pub fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        Ok(self.bottleneck(x)?.flatten_all()?.to_vec1()?)
+    }
+
     /// Confusion matrices [batch, K, C, C], rows summing to 1.
     pub fn confusion(&self, x: &Tensor) -> Result<Tensor, NeuralError> {
         let b = x.dim(0)?;
