@@ -54,6 +54,12 @@ impl NeuralMethod {
         }
     }
 
+    /// Whether the posterior combines the context model with the judges' outputs (Eq. 8),
+    /// so the context model's own accuracy is worth reporting beside it.
+    fn reads_judges(self) -> bool {
+        !matches!(self.model(), Method::Crowdlayer | Method::TrainOnMv)
+    }
+
     /// The lambda grid the dev set chooses from (only the regularised methods have one).
     fn lambdas(self, grid: &[f64]) -> Vec<f64> {
         match self {
@@ -323,14 +329,6 @@ struct Pick {
     /// The context model alone (s_n, P(positive) or C per example) for the methods whose
     /// posterior also reads the judges; empty for the others.
     context: Vec<f32>,
-}
-
-impl NeuralMethod {
-    /// Whether the posterior combines the context model with the judges' outputs (Eq. 8),
-    /// so the context model's own accuracy is worth reporting beside it.
-    fn reads_judges(self) -> bool {
-        matches!(self, NeuralMethod::SkillAgg | NeuralMethod::SkillAggNoReg | NeuralMethod::SkillAggX)
-    }
 }
 
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary

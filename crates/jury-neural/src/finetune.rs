@@ -509,6 +509,11 @@ mod tests {
         epochs
     }
 
+    /// The largest absolute difference between two equally long lists.
+    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
+    }
+
     #[test]
     fn a_resumed_run_computes_what_an_uninterrupted_one_does() {
         let (dir, texts, y, present) = setup();
@@ -526,10 +531,9 @@ mod tests {
         // the resumed run restores weights and optimiser state mid-epoch.
         let resumed = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("resumed"), Some(6));
         assert_eq!(whole[0], resumed[0]);
-        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        let d = diff(&whole[1].posteriors, &resumed[1].posteriors);
+        let d = max_diff(&whole[1].posteriors, &resumed[1].posteriors);
         assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
-        let d = diff(&whole[1].slopes, &resumed[1].slopes);
+        let d = max_diff(&whole[1].slopes, &resumed[1].slopes);
         assert!(d < 1e-6, "the resumed run's slopes differ by {d}");
         // The optimiser state is what makes them equal: an epoch-0 checkpoint without it
         // (as written before it was saved) restarts AdamW, and epoch 1 ends elsewhere.
@@ -537,7 +541,7 @@ mod tests {
         let _ = run_with_kill(dir.path(), &texts, &jury, &TrainConfig { epochs: 1, ..cfg.clone() }, &lost, None);
         std::fs::remove_file(lost.checkpoints.join("epoch-000-optimiser.safetensors")).unwrap();
         let restarted = run_with_kill(dir.path(), &texts, &jury, &cfg, &lost, None);
-        let d = diff(&whole[1].posteriors, &restarted[1].posteriors);
+        let d = max_diff(&whole[1].posteriors, &restarted[1].posteriors);
         assert!(d > 1e-5, "restarting AdamW's statistics changed nothing ({d})");
     }
 
@@ -556,12 +560,11 @@ mod tests {
             run_with_kill(dir.path(), &texts, &jury, &cfg, &ft, None)
         };
         let (cl, sa) = (run(Method::Crowdlayer, "cl"), run(Method::SkillAgg, "sa"));
-        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         for e in 0..2 {
             assert_eq!(sa[e].prior.len(), 40);
-            assert!(diff(&cl[e].posteriors, &sa[e].prior) < 1e-6, "epoch {e}");
-            assert!(diff(&cl[e].slopes, &sa[e].slopes) < 1e-6, "epoch {e}");
-            assert!(diff(&sa[e].posteriors, &sa[e].prior) > 1e-3, "epoch {e}: the judges changed nothing");
+            assert!(max_diff(&cl[e].posteriors, &sa[e].prior) < 1e-6, "epoch {e}");
+            assert!(max_diff(&cl[e].slopes, &sa[e].slopes) < 1e-6, "epoch {e}");
+            assert!(max_diff(&sa[e].posteriors, &sa[e].prior) > 1e-3, "epoch {e}: the judges changed nothing");
         }
     }
 }

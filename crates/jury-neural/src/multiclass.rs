@@ -120,10 +120,10 @@ impl MultiModel {
     /// Posterior rows [n][C], flattened. SkillAgg / -X: log s_c + sum over available
     /// judges of sum_c' y_jc' log P_j[c][c'], normalised; Crowdlayer and Train-on-MV: s.
     pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        let s = self.bottleneck(x)?;
         if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
-            return Ok(s.flatten_all()?.to_vec1()?);
+            return self.prior(x);
         }
+        let s = self.bottleneck(x)?;
         let (b, eps) = (x.dim(0)?, 1e-6);
         let log_conf = (self.confusion(x)? + eps)?.log()?;
         // [b, K, 1, C'] * [b, K, C, C'] summed over C' -> [b, K, C], masked, summed over K.
