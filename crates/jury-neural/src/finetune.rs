@@ -35,11 +35,17 @@ pub struct FinetuneConfig {
     pub save_every: usize,
 }
 
-/// Where a mid-epoch checkpoint stands: `batches` of `epoch` are trained.
+/// Where a mid-epoch checkpoint stands: `batches` of `epoch` are trained (all of them
+/// when the run died in the scoring pass), with the training loss summed so far so the
+/// epoch's reported mean loss is the same whether or not it was interrupted.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Partial {
     epoch: usize,
     batches: usize,
+    #[serde(default)]
+    loss_sum: f64,
+    #[serde(default)]
+    loss_n: usize,
 }
 
 /// The files of one checkpoint: encoder weights, head weights, optimiser state.
@@ -233,12 +239,12 @@ pub fn train(
     // A mid-epoch checkpoint of the epoch to train next takes over from there.
     let partial = Checkpoint::named(&ft.checkpoints, "partial");
     let partial_file = ft.checkpoints.join("partial.json");
-    let mut skip = 0;
+    let mut resume = None;
     if let Ok(text) = std::fs::read_to_string(&partial_file) {
         let p: Partial = serde_json::from_str(&text).map_err(|e| io_err(&partial_file, e))?;
         if p.epoch == start && start < cfg.epochs {
             trainee.load(&partial, &dev)?;
-            skip = p.batches;
+            resume = Some(p);
         }
     }
     let (_, y, mask) = tensors(&Tensor::zeros((jury.n, 1), DType::F32, &dev)?, jury, cfg.method)?;
@@ -250,11 +256,13 @@ pub fn train(
         let mut order: Vec<usize> = (0..jury.n).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64)));
         let batches: Vec<&[usize]> = order.chunks(cfg.batch.max(1)).collect();
-        let skipped = if epoch == start { skip.min(batches.len()) } else { 0 };
+        let (skipped, mut loss_sum, mut loss_n) = match resume.take() {
+            Some(p) => (p.batches.min(batches.len()), p.loss_sum, p.loss_n),
+            None => (0, 0.0f64, 0usize),
+        };
         if skipped > 0 {
             progress(Phase::Resumed, batches[..skipped].iter().map(|b| b.len()).sum());
         }
-        let (mut loss_sum, mut loss_n) = (0.0f64, 0usize);
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
             let (ids, m) = frozen.pad(&rows, chunk)?;
             let x = net.forward(&ids, &m, true)?;
@@ -265,12 +273,14 @@ pub fn train(
             loss_n += 1;
             trainee.enc_opt.step(&grads)?;
             trainee.head_opt.step(&grads)?;
-            if ft.save_every > 0 && (b + 1) % ft.save_every == 0 && b + 1 < batches.len() {
+            // The last batch is saved too: the scoring pass that follows takes minutes on
+            // a real corpus, and a kill there should not cost the epoch's tail.
+            if ft.save_every > 0 && ((b + 1) % ft.save_every == 0 || b + 1 == batches.len()) {
                 // Marker out first: a kill while the weights are rewritten leaves no
                 // checkpoint rather than a marker naming the wrong weights.
                 let _ = std::fs::remove_file(&partial_file);
                 trainee.save(&partial)?;
-                write_json(&partial_file, &Partial { epoch, batches: b + 1 })?;
+                write_json(&partial_file, &Partial { epoch, batches: b + 1, loss_sum, loss_n })?;
             }
             progress(Phase::Train, chunk.len());
         }
@@ -430,7 +440,8 @@ mod tests {
         // after its checkpoint was written.
         kill_at(dir.path(), &texts, &jury, &cfg, &ft, 2);
         let marker = std::fs::read_to_string(ft.checkpoints.join("partial.json")).unwrap();
-        assert_eq!(serde_json::from_str::<Partial>(&marker).unwrap(), Partial { epoch: 0, batches: 2 });
+        let marker: Partial = serde_json::from_str(&marker).unwrap();
+        assert_eq!((marker.epoch, marker.batches, marker.loss_n), (0, 2, 2));
         // Resumed: the two saved batches are reported as done at once, one batch trains.
         let mut reports = Vec::new();
         let mut epochs = Vec::new();
@@ -453,6 +464,47 @@ mod tests {
         assert_eq!(epochs, [0]);
         assert!(!ft.checkpoints.join("partial.json").exists(), "a finished epoch drops the mid-epoch checkpoint");
         assert!(ft.checkpoints.join("epoch-000-posteriors.json").exists());
+    }
+
+    #[test]
+    fn a_run_killed_in_the_scoring_pass_trains_nothing_again() {
+        let (dir, texts, y, present) = setup();
+        let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
+        let cfg = config(Method::SkillAgg, 1, 3);
+        // Checkpoints every 2 batches: of 3, only the end-of-training one covers batch 3.
+        let ft = |name: &str| FinetuneConfig {
+            encoder_lr: 1e-3,
+            max_tokens: 8,
+            checkpoints: dir.path().join(name),
+            save_every: 2,
+        };
+        let run = |ft: &FinetuneConfig, reports: &mut Vec<(Phase, usize)>| {
+            let mut out = (EpochResult::default(), None);
+            train(
+                dir.path(),
+                &texts,
+                &jury,
+                &cfg,
+                ft,
+                |_, r, loss| {
+                    out = (r.clone(), loss);
+                    Ok(())
+                },
+                |phase, n| reports.push((phase, n)),
+            )
+            .unwrap();
+            out
+        };
+        let (whole, whole_loss) = run(&ft("whole"), &mut Vec::new());
+        // Reports 1-3 are the training batches, the 4th the scoring pass.
+        let killed = ft("killed");
+        kill_at(dir.path(), &texts, &jury, &cfg, &killed, 4);
+        let mut reports = Vec::new();
+        let (resumed, resumed_loss) = run(&killed, &mut reports);
+        assert_eq!(reports, [(Phase::Resumed, 40), (Phase::Score(0), 40)]);
+        assert!(max_diff(&whole.posteriors, &resumed.posteriors) < 1e-6);
+        let (a, b) = (whole_loss.unwrap(), resumed_loss.unwrap());
+        assert!(a > 0.0 && (a - b).abs() < 1e-9, "mean loss {a} uninterrupted, {b} resumed");
     }
 
     /// Runs `train` and kills it (a panic in the progress callback) at its `k`-th
