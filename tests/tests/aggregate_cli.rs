@@ -361,6 +361,31 @@ fn skills_start_at_dawid_skenes_estimates() {
     assert!(!dir.path().join("out2").exists());
 }
 
+/// `--device`: an unknown name is refused before any work, and a GPU this build or
+/// machine cannot open (GPU 7) ends the run with exit code 2 naming it, nothing written.
+#[test]
+fn a_device_that_cannot_open_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 20);
+    let flags = ["--methods", "skillagg", "--dev-size", "5", "--seeds", "1", "--epochs", "1"];
+    for (device, message, out) in [("tpu", "--device: unknown device `tpu`", "o1"), ("cuda:7", "device cuda:7: ", "o2")]
+    {
+        let run = aggregate_contexts(
+            dir.path(),
+            &dir.path().join("cache"),
+            &[&flags[..], &["--device", device]].concat(),
+            out,
+        );
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert!(err.contains(message), "{err}");
+        assert!(!dir.path().join(out).exists());
+    }
+    let cpu =
+        aggregate_contexts(dir.path(), &dir.path().join("cache"), &[&flags[..], &["--device", "cpu"]].concat(), "o3");
+    assert!(cpu.status.success(), "{}", String::from_utf8_lossy(&cpu.stderr));
+}
+
 /// The fine-tuned mode end to end with the real MiniLM: every epoch leaves a checkpoint,
 /// and the same command run again replays them instead of training.
 #[test]

@@ -48,6 +48,10 @@ pub struct Args {
     /// openai-community/gpt2 (the paper's encoder), taken from or fetched into the hub cache.
     #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     encoder_dir: PathBuf,
+    /// Where the encoder runs: cpu, or cuda / cuda:N (GPU N) in builds with
+    /// `--features jury-cli/cuda`; the heads of the frozen mode always train on the CPU.
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Tokens per context kept by the encoder (all-MiniLM-L6-v2 was trained on 128).
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
@@ -152,6 +156,7 @@ pub struct Options {
     pub seeds: usize,
     pub encoder: String,
     pub encoder_dir: PathBuf,
+    pub device: String,
     pub max_tokens: usize,
     pub split_fields: bool,
     pub epochs: usize,
@@ -178,6 +183,7 @@ impl Default for Options {
             seeds: 5,
             encoder: "frozen".into(),
             encoder_dir: "models/all-MiniLM-L6-v2".into(),
+            device: "cpu".into(),
             max_tokens: 128,
             split_fields: false,
             epochs: 20,
@@ -213,6 +219,7 @@ impl From<&Args> for Options {
             seeds: a.seeds,
             encoder: a.encoder.clone(),
             encoder_dir: a.encoder_dir.clone(),
+            device: a.device.clone(),
             max_tokens: a.max_tokens,
             split_fields: a.split_fields,
             epochs: a.epochs,
@@ -281,6 +288,8 @@ impl Settings {
             if a.split_fields && finetune {
                 bail!("--split-fields takes the frozen encoder (--encoder frozen)");
             }
+            let device =
+                a.device.trim().parse::<jury_neural::ComputeDevice>().map_err(|e| anyhow::anyhow!("--device: {e}"))?;
             let skill_init = match a.skill_init.trim() {
                 "ds" => SkillInit::DawidSkene(ds),
                 other => match other.parse::<f64>() {
@@ -293,6 +302,7 @@ impl Settings {
                 encoder_dir: jury_neural::hub::resolve(&a.encoder_dir)
                     .with_context(|| format!("encoder {}", a.encoder_dir.display()))?,
                 finetune,
+                device,
                 dev_size: a.dev_size,
                 seeds: a.seeds,
                 max_tokens: a.max_tokens,

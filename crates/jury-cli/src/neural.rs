@@ -75,6 +75,8 @@ pub struct NeuralOptions {
     pub contexts: PathBuf,
     pub encoder_dir: PathBuf,
     pub finetune: bool,
+    /// Where the encoder embeds or fine-tunes (frozen heads train on the CPU).
+    pub device: jury_neural::ComputeDevice,
     pub dev_size: usize,
     pub seeds: usize,
     pub max_tokens: usize,
@@ -236,7 +238,7 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
     }
     let key = jury_cache::key(&parts);
     let file = opts.embed_cache.join(format!("{key}.f32"));
-    let encoder = Encoder::load(&opts.encoder_dir)?;
+    let encoder = Encoder::load_on(&opts.encoder_dir, opts.device.open()?)?;
     let h = encoder.hidden_size();
     if let Ok(bytes) = std::fs::read(&file)
         && bytes.len() == ordered.len() * h * 4
@@ -437,6 +439,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                             .join("../finetune")
                             .join(ft_key.as_deref().unwrap_or("frozen"))
                             .join(format!("{}-seed{seed}-lambda{lambda}", train_as.name())),
+                        device: opts.device,
                     };
                     let shared = if read_prior { format!(" (trained as {})", train_as.name()) } else { String::new() };
                     let bar = ProgressBar::new((n * opts.epochs) as u64);
@@ -657,6 +660,7 @@ mod tests {
             contexts,
             encoder_dir: dir.path().to_owned(),
             finetune: true,
+            device: jury_neural::ComputeDevice::Cpu,
             dev_size: 1,
             seeds: 1,
             max_tokens: 128,
@@ -671,7 +675,10 @@ mod tests {
         };
         let key = |o: &NeuralOptions| finetune_key(&j, o).unwrap();
         let k0 = key(&base);
-        assert_eq!(k0, key(&NeuralOptions { epochs: 20, seeds: 5, ..base.clone() }));
+        // More epochs or seeds extend a run; another device resumes it (the state saves
+        // on the CPU), so none of them is part of the key.
+        let moved = NeuralOptions { epochs: 20, seeds: 5, device: jury_neural::ComputeDevice::Cuda(1), ..base.clone() };
+        assert_eq!(k0, key(&moved));
         for changed in [
             NeuralOptions { batch: 256, ..base.clone() },
             NeuralOptions { lr: 3e-3, ..base.clone() },

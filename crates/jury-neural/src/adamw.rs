@@ -5,68 +5,101 @@
 //!
 //! Invariant: the update is candle's `AdamW::step` (same formula, same order of f32
 //! operations, same bias correction); the test compares the two over several steps.
-//! Variables on other devices or of other dtypes fall back to candle's optimiser.
-//! [`FusedAdamW::state`] and [`FusedAdamW::load_state`] carry the step count and both
-//! moments through a checkpoint, so a resumed fine-tuning continues as if never stopped.
+//! Variables on other devices (a GPU) or of other dtypes take candle's update as tensor
+//! ops on their own device, with moments this optimiser holds, so every variable's state
+//! saves. [`FusedAdamW::state`] and [`FusedAdamW::load_state`] carry the step count and
+//! both moments through a checkpoint (on the CPU, whatever device wrote them), so a
+//! resumed fine-tuning continues as if never stopped, on the same device or another.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, InplaceOp2, Layout, Result, Tensor, Var, bail};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_nn::ParamsAdamW;
 use rayon::prelude::*;
 
 /// Elements per parallel chunk.
 const CHUNK: usize = 16_384;
 
-struct Slot {
-    var: Var,
-    /// First and second moments, as long as the variable.
-    moments: Mutex<(Vec<f32>, Vec<f32>)>,
+/// A variable's first and second moments, as many values as the variable.
+enum Moments {
+    /// f32 on the CPU: updated in place by one parallel pass.
+    Fused(Mutex<(Vec<f32>, Vec<f32>)>),
+    /// Elsewhere: tensors on the variable's device, updated by candle's tensor ops.
+    Tensors(Mutex<(Tensor, Tensor)>),
 }
 
-/// AdamW over f32 CPU variables (others go to candle's `AdamW`).
+struct Slot {
+    var: Var,
+    moments: Moments,
+}
+
+fn poisoned() -> candle_core::Error {
+    candle_core::Error::Msg("adamw: poisoned".into())
+}
+
+/// AdamW over float variables; f32 CPU variables take the fused pass.
 pub struct FusedAdamW {
     slots: Vec<Slot>,
-    fallback: Option<AdamW>,
     params: ParamsAdamW,
     step_t: i32,
 }
 
 impl FusedAdamW {
+    /// Non-float variables are left out, as candle's `AdamW` leaves them.
     pub fn new(vars: Vec<Var>, params: ParamsAdamW) -> Result<Self> {
-        let (fused, other): (Vec<Var>, Vec<Var>) =
-            vars.into_iter().partition(|v| v.dtype() == DType::F32 && v.device().is_cpu());
-        let slots = fused
-            .into_iter()
-            .map(|var| {
-                let n = var.elem_count();
-                Slot { var, moments: Mutex::new((vec![0.0; n], vec![0.0; n])) }
-            })
-            .collect();
-        let fallback = if other.is_empty() { None } else { Some(AdamW::new(other, params.clone())?) };
-        Ok(Self { slots, fallback, params, step_t: 0 })
+        Self::build(vars, params, |v| v.dtype() == DType::F32 && v.device().is_cpu())
     }
 
-    /// The step count (`step`) and the moments of the i-th fused variable (`m{i}`, `v{i}`,
-    /// i in the order given to [`FusedAdamW::new`]); refused when some variables went to
-    /// candle's optimiser, whose state cannot be read.
+    /// `fuse` says which variables take the fused CPU pass (tests force the tensor path
+    /// on the CPU to check it against candle's optimiser).
+    fn build(vars: Vec<Var>, params: ParamsAdamW, fuse: impl Fn(&Var) -> bool) -> Result<Self> {
+        let slots = vars
+            .into_iter()
+            .filter(|v| v.dtype().is_float())
+            .map(|var| {
+                let moments = if fuse(&var) {
+                    let n = var.elem_count();
+                    Moments::Fused(Mutex::new((vec![0.0; n], vec![0.0; n])))
+                } else {
+                    let zeros = || Tensor::zeros(var.shape(), var.dtype(), var.device());
+                    Moments::Tensors(Mutex::new((zeros()?, zeros()?)))
+                };
+                Ok(Slot { var, moments })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { slots, params, step_t: 0 })
+    }
+
+    /// The step count (`step`) and the moments of the i-th variable (`m{i}`, `v{i}`, i in
+    /// the order given to [`FusedAdamW::new`]), flat, f32, on the CPU.
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
-        if self.fallback.is_some() {
-            bail!("adamw: the state of variables outside the CPU or f32 cannot be saved")
-        }
         let mut out = HashMap::new();
         out.insert("step".to_string(), Tensor::new(&[self.step_t as u32], &Device::Cpu)?);
         for (i, slot) in self.slots.iter().enumerate() {
-            let guard = slot.moments.lock().map_err(|_| candle_core::Error::Msg("adamw: poisoned".into()))?;
-            out.insert(format!("m{i}"), Tensor::from_slice(&guard.0, guard.0.len(), &Device::Cpu)?);
-            out.insert(format!("v{i}"), Tensor::from_slice(&guard.1, guard.1.len(), &Device::Cpu)?);
+            let (m, v) = match &slot.moments {
+                Moments::Fused(mv) => {
+                    let guard = mv.lock().map_err(|_| poisoned())?;
+                    (
+                        Tensor::from_slice(&guard.0, guard.0.len(), &Device::Cpu)?,
+                        Tensor::from_slice(&guard.1, guard.1.len(), &Device::Cpu)?,
+                    )
+                }
+                Moments::Tensors(mv) => {
+                    let guard = mv.lock().map_err(|_| poisoned())?;
+                    let host = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_device(&Device::Cpu);
+                    (host(&guard.0)?, host(&guard.1)?)
+                }
+            };
+            out.insert(format!("m{i}"), m);
+            out.insert(format!("v{i}"), v);
         }
         Ok(out)
     }
 
-    /// Restores what [`FusedAdamW::state`] saved for the same variables in the same order.
+    /// Restores what [`FusedAdamW::state`] saved for the same variables in the same order
+    /// (on any device).
     pub fn load_state(&mut self, state: &HashMap<String, Tensor>) -> Result<()> {
         if state.len() != 1 + 2 * self.slots.len() {
             bail!("adamw: the saved state holds {} tensors for {} variables", state.len(), self.slots.len())
@@ -85,8 +118,15 @@ impl FusedAdamW {
             moments.push((m, v));
         }
         let step = i32::try_from(step).map_err(|_| candle_core::Error::Msg(format!("adamw: step {step}")))?;
-        for (slot, mv) in self.slots.iter().zip(moments) {
-            *slot.moments.lock().map_err(|_| candle_core::Error::Msg("adamw: poisoned".into()))? = mv;
+        for (slot, (m, v)) in self.slots.iter().zip(moments) {
+            match &slot.moments {
+                Moments::Fused(mv) => *mv.lock().map_err(|_| poisoned())? = (m, v),
+                Moments::Tensors(mv) => {
+                    let var = &slot.var;
+                    let put = |x: Vec<f32>| Tensor::from_vec(x, var.shape(), var.device())?.to_dtype(var.dtype());
+                    *mv.lock().map_err(|_| poisoned())? = (put(m)?, put(v)?);
+                }
+            }
         }
         self.step_t = step;
         Ok(())
@@ -105,13 +145,18 @@ impl FusedAdamW {
             scale_v: 1.0 / (1.0 - p.beta2.powi(self.step_t)),
         };
         for slot in &self.slots {
-            if let Some(g) = grads.get(&slot.var) {
-                let g = g.contiguous()?;
-                slot.var.as_tensor().inplace_op2(&g, &Apply { update: &update, moments: &slot.moments })?;
+            let Some(g) = grads.get(&slot.var) else { continue };
+            match &slot.moments {
+                Moments::Fused(mv) => {
+                    let g = g.contiguous()?;
+                    slot.var.as_tensor().inplace_op2(&g, &Apply { update: &update, moments: mv })?;
+                }
+                Moments::Tensors(mv) => {
+                    let mut guard = mv.lock().map_err(|_| poisoned())?;
+                    let (m, v) = &mut *guard;
+                    update.tensors(&slot.var, g, m, v)?;
+                }
             }
-        }
-        if let Some(f) = &mut self.fallback {
-            f.step(grads)?;
         }
         Ok(())
     }
@@ -126,6 +171,19 @@ struct Update {
     decay: f64,
     scale_m: f64,
     scale_v: f64,
+}
+
+impl Update {
+    /// candle's `AdamW::step` for one variable, op for op, on the variable's device.
+    fn tensors(&self, var: &Var, g: &Tensor, m: &mut Tensor, v: &mut Tensor) -> Result<()> {
+        let next_m = ((&*m * self.beta1)? + (g * (1.0 - self.beta1))?)?;
+        let next_v = ((&*v * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
+        let adjusted = ((&next_m * self.scale_m)? / ((&next_v * self.scale_v)?.sqrt()? + self.eps)?)?;
+        let next = ((var.as_tensor() * self.decay)? - (adjusted * self.lr)?)?;
+        var.set(&next)?;
+        (*m, *v) = (next_m, next_v);
+        Ok(())
+    }
 }
 
 struct Apply<'a> {
@@ -179,6 +237,7 @@ impl InplaceOp2 for Apply<'_> {
 mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
+    use candle_nn::{AdamW, Optimizer};
 
     /// Same variables, same gradients: the fused optimiser and candle's end equal.
     #[test]
@@ -234,5 +293,39 @@ mod tests {
         assert!(wrong.is_err(), "a state for two variables loads into one");
         let moved = (a.as_tensor() - &init).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         assert!(moved > 1e-3, "the variables did not move");
+    }
+
+    /// The path GPU variables take, forced on the CPU: candle's update op for op, and its
+    /// state loads into the fused path (a checkpoint written on a GPU resumes on a CPU).
+    #[test]
+    fn the_tensor_path_is_candles_adamw_and_its_state_moves_to_the_fused_path() {
+        let dev = Device::Cpu;
+        let init = Tensor::randn(0f32, 1.0, (4, 300), &dev).unwrap();
+        let target = Tensor::randn(0f32, 1.0, (4, 300), &dev).unwrap();
+        let params = ParamsAdamW { lr: 1e-2, weight_decay: 0.01, ..Default::default() };
+        let grad = |x: &Var| (x.as_tensor() - &target).unwrap().sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        let values = |x: &Var| x.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let (a, b) = (Var::from_tensor(&init).unwrap(), Var::from_tensor(&init).unwrap());
+        let mut tensors = FusedAdamW::build(vec![a.clone()], params.clone(), |_| false).unwrap();
+        assert!(matches!(tensors.slots[0].moments, Moments::Tensors(_)));
+        let mut reference = AdamW::new(vec![b.clone()], params.clone()).unwrap();
+        for _ in 0..3 {
+            tensors.step(&grad(&a)).unwrap();
+            reference.step(&grad(&b)).unwrap();
+        }
+        assert_eq!(values(&a), values(&b), "the tensor path is not candle's update");
+        let c = Var::from_tensor(a.as_tensor()).unwrap();
+        let mut fused = FusedAdamW::new(vec![c.clone()], params).unwrap();
+        assert!(matches!(fused.slots[0].moments, Moments::Fused(_)));
+        fused.load_state(&tensors.state().unwrap()).unwrap();
+        tensors.step(&grad(&a)).unwrap();
+        fused.step(&grad(&c)).unwrap();
+        let d = values(&a).iter().zip(values(&c)).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(d < 1e-6, "the resumed fused step differs by {d}");
+        let moved = values(&a)
+            .iter()
+            .zip(init.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .any(|(x, y)| (x - y).abs() > 1e-3);
+        assert!(moved, "the variables did not move");
     }
 }

@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::adamw::FusedAdamW;
 use crate::skill::{JuryData, Method, SkillModel, TrainConfig, tensors};
-use crate::{Encoder, NeuralError};
+use crate::{ComputeDevice, Encoder, NeuralError};
 
 /// Settings of the fine-tuned mode besides [`TrainConfig`].
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +33,9 @@ pub struct FinetuneConfig {
     pub checkpoints: PathBuf,
     /// Batches between mid-epoch checkpoints (0: only at the end of each epoch).
     pub save_every: usize,
+    /// Where encoder and head train. Not part of a checkpoint's identity: the state
+    /// saves on the CPU, so a run resumes on another device.
+    pub device: ComputeDevice,
 }
 
 /// Where a mid-epoch checkpoint stands: `batches` of `epoch` are trained (all of them
@@ -192,8 +195,8 @@ fn read_optional(path: &Path) -> Result<Vec<f32>, NeuralError> {
 
 /// Trains encoder and head on `texts`; `on_epoch(epoch, posteriors, loss)` is called for
 /// every epoch, finished now or found in the checkpoint folder (resume). `loss` is the
-/// mean training loss over the epoch's batches trained by this call (`None` for an
-/// epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained,
+/// mean training loss over the epoch's batches, those before a mid-epoch checkpoint
+/// included (`None` for an epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained,
 /// those of epochs and batches found in checkpoints on resume, and, after each epoch
 /// trained here, texts scored for its posteriors.
 pub fn train(
@@ -205,7 +208,7 @@ pub fn train(
     mut on_epoch: impl FnMut(usize, &EpochResult, Option<f64>) -> Result<(), NeuralError>,
     mut progress: impl FnMut(Phase, usize),
 ) -> Result<(), NeuralError> {
-    let frozen = Encoder::load(encoder_dir)?;
+    let frozen = Encoder::load_on(encoder_dir, ft.device.open()?)?;
     let dev = frozen.device.clone();
     let mut varmap = VarMap::new();
     let net = frozen.trainable(&varmap)?;
@@ -377,8 +380,13 @@ mod tests {
         // finished, epoch 1's weights on disk.
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAggX, 2, 4);
-        let ft =
-            FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt"), save_every: 0 };
+        let ft = FinetuneConfig {
+            encoder_lr: 1e-3,
+            max_tokens: 8,
+            checkpoints: dir.path().join("ckpt"),
+            save_every: 0,
+            device: ComputeDevice::Cpu,
+        };
         let mut seen = Vec::new();
         train(
             dir.path(),
@@ -434,8 +442,13 @@ mod tests {
         let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAgg, 1, 2);
-        let ft =
-            FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join("ckpt"), save_every: 1 };
+        let ft = FinetuneConfig {
+            encoder_lr: 1e-3,
+            max_tokens: 8,
+            checkpoints: dir.path().join("ckpt"),
+            save_every: 1,
+            device: ComputeDevice::Cpu,
+        };
         // Batches of 16, 16 and 8 texts; the run dies while reporting the second batch,
         // after its checkpoint was written.
         kill_at(dir.path(), &texts, &jury, &cfg, &ft, 2);
@@ -477,6 +490,7 @@ mod tests {
             max_tokens: 8,
             checkpoints: dir.path().join(name),
             save_every: 2,
+            device: ComputeDevice::Cpu,
         };
         let run = |ft: &FinetuneConfig, reports: &mut Vec<(Phase, usize)>| {
             let mut out = (EpochResult::default(), None);
@@ -576,6 +590,7 @@ mod tests {
             max_tokens: 8,
             checkpoints: dir.path().join(name),
             save_every: 1,
+            device: ComputeDevice::Cpu,
         };
         let whole = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("whole"), None);
         // Reports per epoch: three training batches (16, 16, 8 texts), then one scoring
@@ -607,8 +622,13 @@ mod tests {
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let run = |method, name: &str| {
             let cfg = TrainConfig { lambda: 0.0, ..config(method, 2, 5) };
-            let ft =
-                FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints: dir.path().join(name), save_every: 0 };
+            let ft = FinetuneConfig {
+                encoder_lr: 1e-3,
+                max_tokens: 8,
+                checkpoints: dir.path().join(name),
+                save_every: 0,
+                device: ComputeDevice::Cpu,
+            };
             run_with_kill(dir.path(), &texts, &jury, &cfg, &ft, None)
         };
         let (cl, sa) = (run(Method::Crowdlayer, "cl"), run(Method::SkillAgg, "sa"));

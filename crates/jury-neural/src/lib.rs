@@ -4,7 +4,8 @@
 //!
 //! Invariants: one candle (0.10.2, the version mistralrs 0.8.1 uses) and one tokenizers
 //! (0.21.4) in the workspace; embeddings of a text depend only on the text, the model
-//! files and `max_tokens` (so they can be cached on disk, keyed by those).
+//! files and `max_tokens` (so they can be cached on disk, keyed by those; the device
+//! changes them only by float rounding, so it is not part of the key).
 
 mod adamw;
 pub mod bert;
@@ -38,6 +39,63 @@ pub enum NeuralError {
     Tokenize { index: usize, reason: String },
     #[error("training setting: {0}")]
     Setting(String),
+    #[error("device {device}: {reason}")]
+    Device { device: ComputeDevice, reason: String },
+}
+
+/// Where the encoder (and, fine-tuned, its head) computes: the CPU, or a CUDA GPU in
+/// builds with the `cuda` feature. Plain data, so settings holding it compare and print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ComputeDevice {
+    #[default]
+    Cpu,
+    /// A CUDA GPU by ordinal.
+    Cuda(usize),
+}
+
+impl std::fmt::Display for ComputeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComputeDevice::Cpu => f.write_str("cpu"),
+            ComputeDevice::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ComputeDevice {
+    type Err = String;
+
+    /// `cpu`, `cuda` (GPU 0) or `cuda:N`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(ComputeDevice::Cpu),
+            "cuda" => Ok(ComputeDevice::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(ComputeDevice::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}` (known: cpu, cuda, cuda:N)")),
+        }
+    }
+}
+
+impl ComputeDevice {
+    /// Opens the device; a CUDA device in a build without the `cuda` feature, or one the
+    /// machine lacks, is an error saying so.
+    pub fn open(self) -> Result<Device, NeuralError> {
+        match self {
+            ComputeDevice::Cpu => Ok(Device::Cpu),
+            ComputeDevice::Cuda(n) => Device::new_cuda(n).map_err(|e| NeuralError::Device {
+                device: self,
+                reason: match e {
+                    candle_core::Error::NotCompiledWithCudaSupport => {
+                        "this build has no CUDA support (build with `--features jury-cli/cuda`)".to_owned()
+                    }
+                    other => other.to_string(),
+                },
+            }),
+        }
+    }
 }
 
 /// What a model folder's `config.json` describes (its `model_type`; a config without
@@ -108,9 +166,15 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Loads frozen weights (memory-mapped). For fine-tuning, build a [`Network`] from a
-    /// `VarMap` through [`Encoder::trainable`] instead.
+    /// Loads frozen weights (memory-mapped) on the CPU. For fine-tuning, build a
+    /// [`Network`] from a `VarMap` through [`Encoder::trainable`] instead.
     pub fn load(dir: &Path) -> Result<Self, NeuralError> {
+        Self::load_on(dir, Device::Cpu)
+    }
+
+    /// [`Encoder::load`] on `device` (tensors of its batches and of a trainable copy go
+    /// there too).
+    pub fn load_on(dir: &Path, device: Device) -> Result<Self, NeuralError> {
         let file_err = |path: PathBuf, reason: String| NeuralError::File { path, reason };
         let architecture = Architecture::read(dir)?;
         let tok_path = dir.join("tokenizer.json");
@@ -124,7 +188,6 @@ impl Encoder {
         if !weights.is_file() {
             return Err(file_err(weights, "missing".into()));
         }
-        let device = Device::Cpu;
         // SAFETY: the file is only read; the caller must not change it while it is mapped.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &device)? };
         let weight_prefix = match &architecture {
@@ -261,5 +324,32 @@ mod tests {
         assert!(
             Encoder::load(Path::new("/nonexistent")).err().unwrap().to_string().contains("/nonexistent/config.json")
         );
+    }
+}
+
+#[cfg(test)]
+mod device_tests {
+    use super::ComputeDevice;
+
+    #[test]
+    fn devices_parse_print_and_round_trip() {
+        for (text, device) in
+            [("cpu", ComputeDevice::Cpu), ("cuda", ComputeDevice::Cuda(0)), ("cuda:3", ComputeDevice::Cuda(3))]
+        {
+            let parsed: ComputeDevice = text.parse().unwrap();
+            assert_eq!(parsed, device);
+            assert_eq!(parsed.to_string().parse::<ComputeDevice>().unwrap(), device);
+        }
+        for bad in ["gpu", "cuda:", "cuda:x", "CPU"] {
+            assert!(bad.parse::<ComputeDevice>().unwrap_err().contains(&format!("`{bad}`")));
+        }
+        assert!(ComputeDevice::Cpu.open().unwrap().is_cpu());
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_gpu_in_a_cpu_build_says_how_to_get_one() {
+        let err = ComputeDevice::Cuda(0).open().unwrap_err().to_string();
+        assert!(err.starts_with("device cuda:0: ") && err.contains("--features jury-cli/cuda"), "{err}");
     }
 }
