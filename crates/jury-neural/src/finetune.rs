@@ -380,13 +380,7 @@ mod tests {
         // finished, epoch 1's weights on disk.
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAggX, 2, 4);
-        let ft = FinetuneConfig {
-            encoder_lr: 1e-3,
-            max_tokens: 8,
-            checkpoints: dir.path().join("ckpt"),
-            save_every: 0,
-            device: ComputeDevice::Cpu,
-        };
+        let ft = ft_config(dir.path().join("ckpt"), 0);
         let mut seen = Vec::new();
         train(
             dir.path(),
@@ -442,13 +436,7 @@ mod tests {
         let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAgg, 1, 2);
-        let ft = FinetuneConfig {
-            encoder_lr: 1e-3,
-            max_tokens: 8,
-            checkpoints: dir.path().join("ckpt"),
-            save_every: 1,
-            device: ComputeDevice::Cpu,
-        };
+        let ft = ft_config(dir.path().join("ckpt"), 1);
         // Batches of 16, 16 and 8 texts; the run dies while reporting the second batch,
         // after its checkpoint was written.
         kill_at(dir.path(), &texts, &jury, &cfg, &ft, 2);
@@ -485,13 +473,7 @@ mod tests {
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAgg, 1, 3);
         // Checkpoints every 2 batches: of 3, only the end-of-training one covers batch 3.
-        let ft = |name: &str| FinetuneConfig {
-            encoder_lr: 1e-3,
-            max_tokens: 8,
-            checkpoints: dir.path().join(name),
-            save_every: 2,
-            device: ComputeDevice::Cpu,
-        };
+        let ft = |name: &str| ft_config(dir.path().join(name), 2);
         let run = |ft: &FinetuneConfig, reports: &mut Vec<(Phase, usize)>| {
             let mut out = (EpochResult::default(), None);
             train(
@@ -519,6 +501,12 @@ mod tests {
         assert!(max_diff(&whole.posteriors, &resumed.posteriors) < 1e-6);
         let (a, b) = (whole_loss.unwrap(), resumed_loss.unwrap());
         assert!(a > 0.0 && (a - b).abs() < 1e-9, "mean loss {a} uninterrupted, {b} resumed");
+    }
+
+    /// The fine-tuning settings of these tests: a tiny encoder's learning rate and
+    /// token budget, on the CPU.
+    fn ft_config(checkpoints: PathBuf, save_every: usize) -> FinetuneConfig {
+        FinetuneConfig { encoder_lr: 1e-3, max_tokens: 8, checkpoints, save_every, device: ComputeDevice::Cpu }
     }
 
     /// Runs `train` and kills it (a panic in the progress callback) at its `k`-th
@@ -585,13 +573,7 @@ mod tests {
         let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAggX, 2, 7);
-        let ft = |name: &str| FinetuneConfig {
-            encoder_lr: 1e-3,
-            max_tokens: 8,
-            checkpoints: dir.path().join(name),
-            save_every: 1,
-            device: ComputeDevice::Cpu,
-        };
+        let ft = |name: &str| ft_config(dir.path().join(name), 1);
         let whole = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("whole"), None);
         // Reports per epoch: three training batches (16, 16, 8 texts), then one scoring
         // pass; the 6th is epoch 1's second batch, whose checkpoint is on disk by then, so
@@ -622,13 +604,7 @@ mod tests {
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let run = |method, name: &str| {
             let cfg = TrainConfig { lambda: 0.0, ..config(method, 2, 5) };
-            let ft = FinetuneConfig {
-                encoder_lr: 1e-3,
-                max_tokens: 8,
-                checkpoints: dir.path().join(name),
-                save_every: 0,
-                device: ComputeDevice::Cpu,
-            };
+            let ft = ft_config(dir.path().join(name), 0);
             run_with_kill(dir.path(), &texts, &jury, &cfg, &ft, None)
         };
         let (cl, sa) = (run(Method::Crowdlayer, "cl"), run(Method::SkillAgg, "sa"));
