@@ -183,7 +183,7 @@ mod tests {
     }
 
     /// Golden numbers from an independent NumPy implementation of GPT-2's forward pass
-    /// (scripts/make-gpt2-fixture.py wrote the tiny random model and them), in both
+    /// (scripts/make-encoder-fixtures.py wrote the tiny random model and them), in both
     /// modes, with a padded batch.
     #[test]
     fn last_token_states_match_an_independent_implementation() {
@@ -208,6 +208,28 @@ mod tests {
                 assert!(d < 1e-4, "differentiable={differentiable}: off by {d}: {g:?} vs {w:?}");
             }
         }
+    }
+
+    /// The gradient of every weight against the same independent implementation's
+    /// (float64 finite differences), each sequence a batch of its own.
+    #[test]
+    fn gradients_match_an_independent_implementation() {
+        let dir = fixture();
+        let cfg: Config = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let mut vm = VarMap::new();
+        let model = Gpt2::new(&cfg, VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu)).unwrap();
+        crate::golden::load_weights(&dir, &mut vm);
+        let golden = crate::golden::read_json(&dir);
+        let seqs: Vec<Vec<u32>> = serde_json::from_value(golden["ids"].clone()).unwrap();
+        let target: Vec<Vec<f32>> = serde_json::from_value(golden["target"].clone()).unwrap();
+        let mut loss = Tensor::zeros((), DType::F32, &Device::Cpu).unwrap();
+        for (s, t) in seqs.iter().zip(&target) {
+            let ids = Tensor::new(s.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+            let out = model.forward(&ids, &ids.ones_like().unwrap(), true).unwrap();
+            let t = Tensor::new(t.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+            loss = (loss + (out * t).unwrap().sum_all().unwrap()).unwrap();
+        }
+        crate::golden::assert_gradients_match(&dir, &vm, &loss);
     }
 
     #[test]

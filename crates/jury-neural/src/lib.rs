@@ -12,6 +12,8 @@ pub mod bert;
 mod fast;
 mod fast_grad;
 pub mod finetune;
+#[cfg(test)]
+mod golden;
 pub mod gpt2;
 mod head;
 pub mod hub;
