@@ -303,6 +303,54 @@ mod tests {
         assert_eq!(m.posterior(&xt, &yt, &mt).unwrap(), m.posterior(&xt, &softened, &mt).unwrap());
     }
 
+    /// The loss (Eq. 6 plus lambda times Eq. 7) and the posterior (Eq. 8) against the same
+    /// formulas written out in f64, one example and one judge at a time, from the model's
+    /// own bottleneck and skills (SkillAggregation-X: skills differ per example).
+    #[test]
+    fn loss_and_posterior_are_the_papers_formulas() {
+        let truth = [(0.8, 0.7), (0.6, 0.9), (0.55, 0.6)];
+        let (x, y, present, _) = jury(64, &truth, 6);
+        let data = JuryData { n: 64, k: 3, y: &y, present: &present };
+        let m =
+            train(&x, &data, &TrainConfig { epochs: 3, ..cfg(Method::SkillAggX, 0.0, 2) }, |_, _, _| Ok(())).unwrap();
+        // Soft judge outputs: training reads them as they are, the posterior as verdicts.
+        let soft: Vec<f32> = y.iter().enumerate().map(|(i, &v)| 0.15 + 0.7 * v + 0.01 * (i % 7) as f32).collect();
+        let data = JuryData { y: &soft, ..data };
+        let (xt, yt, mt) = tensors(&x, &data, Method::SkillAggX).unwrap();
+        let s: Vec<Vec<f32>> = m.bottleneck(&xt).unwrap().to_vec2().unwrap();
+        let (p0, p1) = m.skills(&xt).unwrap();
+        let (p0, p1): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (p0.to_vec2().unwrap(), p1.to_vec2().unwrap());
+        let (mut ce, mut count, mut slope2) = (0.0f64, 0usize, 0.0f64);
+        let mut want_post = Vec::new();
+        for n in 0..64 {
+            let (s0, s1) = (s[n][0] as f64, s[n][1] as f64);
+            let (mut l0, mut l1) = (s0.ln(), s1.ln());
+            for j in 0..3 {
+                let (a, b) = (p0[n][j] as f64, p1[n][j] as f64);
+                slope2 += (a + b - 1.0).powi(2);
+                if !present[n * 3 + j] {
+                    continue;
+                }
+                let yj = soft[n * 3 + j] as f64;
+                let q = (1.0 - a) * s0 + b * s1;
+                ce -= yj * q.ln() + (1.0 - yj) * (1.0 - q).ln();
+                count += 1;
+                let v = yj > 0.5;
+                l1 += if v { b.ln() } else { (1.0 - b).ln() };
+                l0 += if v { (1.0 - a).ln() } else { a.ln() };
+            }
+            want_post.push(1.0 / (1.0 + (l0 - l1).exp()));
+        }
+        let lambda = 0.3;
+        let want_loss = ce / count as f64 + lambda * slope2 / (64.0 * 3.0);
+        let got_loss = m.loss(&xt, &yt, &mt, lambda).unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((got_loss - want_loss).abs() < 1e-4, "loss {got_loss} against {want_loss}");
+        let got_post = m.posterior(&xt, &yt, &mt).unwrap();
+        for (n, (g, w)) in got_post.iter().zip(&want_post).enumerate() {
+            assert!((*g as f64 - w).abs() < 1e-4, "example {n}: posterior {g} against {w}");
+        }
+    }
+
     /// Per-judge starting skills are where training starts (clamped off 0 and 1), and a
     /// list that does not match the judges is refused.
     #[test]
