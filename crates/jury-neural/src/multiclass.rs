@@ -213,6 +213,59 @@ mod tests {
         TrainConfig { method, lambda, epochs: 40, lr: 0.05, seed, skill_init: 0.7, ..TrainConfig::default() }
     }
 
+    /// Appendix F's loss and posterior against the formulas written out in f64, one
+    /// example, judge and class at a time, from the model's own bottleneck and
+    /// confusion matrices (SkillAggregation-X: per example), on soft judge outputs.
+    #[test]
+    fn loss_and_posterior_are_the_papers_formulas() {
+        let (n, k, c) = (48, 3, 3);
+        let (x, y, present, _) = jury(n, &[0.8, 0.6, 0.45], 9);
+        let soft: Vec<f32> = y.iter().enumerate().map(|(i, &v)| 0.1 + 0.7 * v + 0.02 * (i % 5) as f32).collect();
+        let soft: Vec<f32> =
+            soft.chunks(c).flat_map(|r| r.iter().map(|v| v / r.iter().sum::<f32>()).collect::<Vec<_>>()).collect();
+        let data = MultiData { n, k, c, y: &soft, present: &present };
+        let m =
+            train(&x, &data, &TrainConfig { epochs: 3, ..cfg(Method::SkillAggX, 0.0, 3) }, |_, _, _| Ok(())).unwrap();
+        let (yt, mt) = tensors(&data, Method::SkillAggX, &Device::Cpu).unwrap();
+        let s: Vec<Vec<f32>> = m.bottleneck(&x).unwrap().to_vec2().unwrap();
+        let conf: Vec<f32> = m.confusion(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let p = |e: usize, j: usize, a: usize, b: usize| conf[((e * k + j) * c + a) * c + b] as f64;
+        let eps = 1e-6;
+        let (mut ce, mut count, mut slope2) = (0.0f64, 0usize, 0.0f64);
+        let mut want_post = Vec::new();
+        for e in 0..n {
+            let mut logits: Vec<f64> = (0..c).map(|a| (s[e][a] as f64 + eps).ln()).collect();
+            for j in 0..k {
+                let trace: f64 = (0..c).map(|a| p(e, j, a, a)).sum();
+                slope2 += ((trace - 1.0) / (c as f64 - 1.0)).powi(2);
+                if !present[e * k + j] {
+                    continue;
+                }
+                let yj = |b: usize| soft[(e * k + j) * c + b] as f64;
+                for b in 0..c {
+                    let q: f64 = (0..c).map(|a| s[e][a] as f64 * p(e, j, a, b)).sum();
+                    ce -= yj(b) * (q + eps).ln();
+                }
+                count += 1;
+                for (a, l) in logits.iter_mut().enumerate() {
+                    *l += (0..c).map(|b| yj(b) * (p(e, j, a, b) + eps).ln()).sum::<f64>();
+                }
+            }
+            let top = logits.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = logits.iter().map(|l| (l - top).exp()).sum();
+            want_post.extend(logits.iter().map(|l| (l - top).exp() / z));
+        }
+        let lambda = 0.4;
+        let want_loss = ce / count as f64 + lambda * slope2 / (n * k) as f64;
+        let got_loss = m.loss(&x, &yt, &mt, lambda).unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((got_loss - want_loss).abs() < 1e-4, "loss {got_loss} against {want_loss}");
+        let got_post = m.posterior(&x, &yt, &mt).unwrap();
+        assert_eq!(got_post.len(), n * c);
+        for (i, (g, w)) in got_post.iter().zip(&want_post).enumerate() {
+            assert!((*g as f64 - w).abs() < 1e-4, "example {}, class {}: posterior {g} against {w}", i / c, i % c);
+        }
+    }
+
     fn accuracy(post: &[f32], labels: &[usize]) -> f64 {
         let right = post.chunks(3).zip(labels).filter(|(row, l)| argmax(row) == **l).count();
         right as f64 / labels.len() as f64
