@@ -92,6 +92,77 @@ fn winrate_calibrates_a_biased_evaluator_pool_and_refuses_what_it_cannot_know() 
     assert!(String::from_utf8_lossy(&out.stdout).contains("unidentif."));
 }
 
+/// `scripts/convert-winrate-data.py hanna` on a file shaped like HANNA's (one row per
+/// generator, each cell a list of 96 per-story numbers): the anchor against every other
+/// generator, human votes from the summed criteria (equal sums are no vote), LLM votes
+/// from each LLM's mean over its 4 prompt variants; `jury winrate` reads the result.
+#[test]
+fn hanna_converter_votes_from_summed_scores_and_jury_reads_its_table() {
+    const CRITERIA: [&str; 6] = ["Relevance", "Coherence", "Empathy", "Surprise", "Engagement", "Complexity"];
+    const LLMS: [&str; 5] = ["Beluga-13B", "ChatGPT", "Llama-13B", "Mistral-7B", "OrcaPlatypus"];
+    let dir = tempfile::tempdir().unwrap();
+    let mut header = vec!["Model".to_owned()];
+    header.extend(CRITERIA.iter().map(|c| c.to_string()));
+    header.extend(LLMS.iter().flat_map(|l| (1..=4).map(move |p| format!("{l} AVG {p}"))));
+    header.push("BLEU".into());
+    // Story i: GPT-2 scores 3 on every criterion; "up" scores 4 on even stories and 3 on
+    // odd ones (a tie); "down" scores 2. ChatGPT's prompt 1 prefers GPT-2 on every story,
+    // its prompts 2-4 the other generator by less, so its mean over prompts follows
+    // prompts 2-4 only where they outweigh prompt 1.
+    let list = |f: &dyn Fn(usize) -> f64| {
+        format!("\"[{}]\"", (0..96).map(|i| format!("{:.1}", f(i))).collect::<Vec<_>>().join(", "))
+    };
+    let row = |model: &str, human: &dyn Fn(usize) -> f64, llm: &dyn Fn(&str, usize, usize) -> f64| {
+        let mut cells = vec![model.to_owned()];
+        cells.extend(CRITERIA.iter().map(|_| list(human)));
+        cells.extend(LLMS.iter().flat_map(|l| (1..=4).map(move |p| list(&move |i| llm(l, p, i)))));
+        cells.push(list(&|_| 0.5));
+        cells.join(",")
+    };
+    let gpt2 = row("GPT-2", &|_| 3.0, &|l, p, _| if l == "ChatGPT" && p == 1 { 4.0 } else { 3.0 });
+    let up = row("up", &|i| if i % 2 == 0 { 4.0 } else { 3.0 }, &|l, p, i| match (l, p) {
+        ("ChatGPT", 1) => 1.0,
+        ("ChatGPT", _) => 3.0 + if i < 48 { 2.0 } else { 0.5 },
+        _ => 4.0,
+    });
+    let down = row("down", &|_| 2.0, &|_, _, _| 1.0);
+    let file = dir.path().join("hanna_metric_scores_llm.csv");
+    fs::write(&file, format!("{}\n{gpt2}\n{up}\n{down}\n", header.join(","))).unwrap();
+    let out_csv = dir.path().join("hanna.csv");
+    let script = common::repo_root().join("scripts/convert-winrate-data.py");
+    let run = std::process::Command::new("python3")
+        .args([path_str(&script), "hanna", path_str(dir.path()), "--out", path_str(&out_csv)])
+        .output()
+        .expect("python3");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let table = fs::read_to_string(&out_csv).unwrap();
+    let rows: Vec<Vec<&str>> = table.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2 * 96 * 6, "two pairs, 96 stories, the human and 5 LLMs");
+    let vote = |g1: &str, story: usize, evaluator: &str| {
+        let r = rows.iter().find(|r| r[0] == story.to_string() && r[2] == g1 && r[3] == evaluator).unwrap();
+        assert_eq!(r[1], "GPT-2", "the anchor is generator_0");
+        r[4].to_owned()
+    };
+    assert_eq!(vote("up", 0, "human"), "1");
+    assert_eq!(vote("up", 1, "human"), "", "equal sums are a tie");
+    assert_eq!(vote("down", 5, "human"), "0");
+    assert_eq!(vote("up", 7, "Beluga-13B"), "1");
+    // ChatGPT, mean over prompts: GPT-2 (4 + 3 + 3 + 3) / 4 = 3.25; "up" (1 + 5 + 5 + 5) / 4
+    // = 4 on stories 0-47, (1 + 3.5 * 3) / 4 = 2.875 on 48-95.
+    assert_eq!(vote("up", 10, "ChatGPT"), "1");
+    assert_eq!(vote("up", 60, "ChatGPT"), "0");
+    assert_eq!(vote("down", 60, "OrcaPlatypus"), "0");
+
+    let (out, json) = winrate(dir.path(), &out_csv, "observed", "none");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pairs = json.unwrap()["pairs"].as_array().unwrap().clone();
+    assert_eq!(pairs.len(), 2);
+    let up = pairs.iter().find(|p| p["generator_1"] == "up").unwrap();
+    assert_eq!(up["human_win_rate"].as_f64().unwrap(), 1.0, "48 wins, 48 ties: {up}");
+    // Four LLMs always prefer "up", ChatGPT on half the stories: (4 + 0.5) / 5.
+    assert!((up["observed"].as_f64().unwrap() - 0.9).abs() < 1e-9, "{up}");
+}
+
 #[test]
 fn winrate_rejects_a_bad_vote_naming_file_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
