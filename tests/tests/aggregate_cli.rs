@@ -401,7 +401,11 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert!(first.status.success(), "{stderr}");
     assert!(stderr.contains("skillagg-x seed 0 lambda 0.01 epoch 1: loss "), "{stderr}");
-    assert!(stderr.contains("fine-tuning skillagg-x seed 0 lambda 0.01: "), "{stderr}");
+    assert!(stderr.contains("[1/1] fine-tuning skillagg-x seed 0 lambda 0.01: "), "{stderr}");
+    assert!(
+        stderr.contains("fine-tuning plan: 1 run (methods x seeds x lambdas) of 2 epochs over 40 texts"),
+        "{stderr}"
+    );
     let metrics = |out: &str| -> Value {
         serde_json::from_str(&fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap()).unwrap()
     };
@@ -442,7 +446,8 @@ fn fine_tuned_crowdlayer_and_skillagg_noreg_train_once() {
     let out = aggregate_contexts(dir.path(), &cache, &flags, "out");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("fine-tuning crowdlayer (trained as skillagg-noreg) seed 0 lambda 0: "), "{stderr}");
+    assert!(stderr.contains("[1/2] fine-tuning crowdlayer (trained as skillagg-noreg) seed 0 lambda 0: "), "{stderr}");
+    assert!(stderr.contains("[2/2] fine-tuning skillagg-noreg seed 0 lambda 0: "), "{stderr}");
     assert!(stderr.contains("crowdlayer seed 0 lambda 0 epoch 1: loss "), "{stderr}");
     for epoch in 0..2 {
         assert!(stderr.contains(&format!("skillagg-noreg seed 0 lambda 0 epoch {epoch}: from checkpoint")), "{stderr}");

@@ -397,6 +397,19 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     let ft_key = if opts.finetune { Some(finetune_key(j, opts)?) } else { None };
     let judge_skills = opts.skill_init.judge_skills(j)?;
     let mut out = Vec::new();
+    // Fine-tuning runs one (method, seed, lambda) after another, each for hours on a
+    // CPU: say the whole plan once and number the runs, so a log shows how far it is.
+    let runs: usize = methods.iter().map(|m| opts.seeds * m.lambdas(&opts.lambdas).len()).sum();
+    let mut run = 0;
+    if let Some(key) = &ft_key {
+        eprintln!(
+            "fine-tuning plan: {runs} run{} (methods x seeds x lambdas) of {} epochs over {n} texts; \
+             checkpoints under {}; the same command resumes",
+            if runs == 1 { "" } else { "s" },
+            opts.epochs,
+            opts.embed_cache.join("../finetune").join(key).display()
+        );
+    }
     for &method in methods {
         let m_start = Instant::now();
         let (mut accs, mut devs, mut chosen, mut slopes_all) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -442,9 +455,10 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         device: opts.device,
                     };
                     let shared = if read_prior { format!(" (trained as {})", train_as.name()) } else { String::new() };
+                    run += 1;
                     let bar = ProgressBar::new((n * opts.epochs) as u64);
                     let log = jury_runner::LogProgress::new(
-                        format!("fine-tuning {}{shared} seed {seed} lambda {lambda}", method.name()),
+                        format!("[{run}/{runs}] fine-tuning {}{shared} seed {seed} lambda {lambda}", method.name()),
                         (n * opts.epochs) as u64,
                     );
                     let mut scored: Option<(usize, jury_runner::LogProgress)> = None;
