@@ -394,20 +394,22 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     } else {
         multiclass::tensors(&multi, Method::SkillAgg, x.device())?
     };
-    let ft_key = if opts.finetune { Some(finetune_key(j, opts)?) } else { None };
+    // Every fine-tuned run's checkpoints go under one folder per judgments and settings.
+    let ft_dir =
+        if opts.finetune { Some(opts.embed_cache.join("../finetune").join(finetune_key(j, opts)?)) } else { None };
     let judge_skills = opts.skill_init.judge_skills(j)?;
     let mut out = Vec::new();
     // Fine-tuning runs one (method, seed, lambda) after another, each for hours on a
     // CPU: say the whole plan once and number the runs, so a log shows how far it is.
     let runs: usize = methods.iter().map(|m| opts.seeds * m.lambdas(&opts.lambdas).len()).sum();
     let mut run = 0;
-    if let Some(key) = &ft_key {
+    if let Some(dir) = &ft_dir {
         eprintln!(
             "fine-tuning plan: {runs} run{} (methods x seeds x lambdas) of {} epochs over {n} texts; \
              checkpoints under {}; the same command resumes",
             if runs == 1 { "" } else { "s" },
             opts.epochs,
-            opts.embed_cache.join("../finetune").join(key).display()
+            dir.display()
         );
     }
     for &method in methods {
@@ -433,7 +435,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     },
                     judge_skills: judge_skills.clone(),
                 };
-                if let Some(texts) = &texts {
+                if let (Some(texts), Some(ft_dir)) = (&texts, &ft_dir) {
                     // Crowdlayer trains as SkillAggregation without the regulariser does
                     // (same loss, start and batches) and reads the context model alone,
                     // so the two share one run's checkpoints: the second replays them.
@@ -447,11 +449,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                         encoder_lr: FINETUNE_ENCODER_LR,
                         save_every: FINETUNE_SAVE_EVERY,
                         max_tokens: opts.max_tokens,
-                        checkpoints: opts
-                            .embed_cache
-                            .join("../finetune")
-                            .join(ft_key.as_deref().unwrap_or("frozen"))
-                            .join(format!("{}-seed{seed}-lambda{lambda}", train_as.name())),
+                        checkpoints: ft_dir.join(format!("{}-seed{seed}-lambda{lambda}", train_as.name())),
                         device: opts.device,
                     };
                     let shared = if read_prior { format!(" (trained as {})", train_as.name()) } else { String::new() };

@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn embeddings_and_gradients_match_an_independent_implementation() {
         let dir = crate::crate_dir().join("testdata/tiny-bert");
-        let cfg: Config = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let cfg: Config = crate::golden::read_config(&dir);
         let mut vm = VarMap::new();
         let bert = Bert::new(&cfg, VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu)).unwrap();
         crate::golden::load_weights(&dir, &mut vm);

@@ -1,4 +1,4 @@
-//! Test support: compares the gradients candle computes through an encoder with golden
+//! Test support for the encoder fixtures: reads them, and compares the gradients candle computes through an encoder with golden
 //! gradients from an independent float64 implementation (`scripts/make-encoder-fixtures.py`,
 //! central finite differences of its forward pass), so a wrong backward pass (candle's or
 //! `fast_grad`'s) fails a test instead of silently training the wrong model.
@@ -8,6 +8,11 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
+
+/// A fixture's `config.json`.
+pub(crate) fn read_config<T: serde::de::DeserializeOwned>(dir: &Path) -> T {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
+}
 
 /// A fixture's golden numbers: `golden.json` read as JSON.
 pub(crate) fn read_json(dir: &Path) -> serde_json::Value {

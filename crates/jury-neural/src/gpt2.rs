@@ -175,7 +175,7 @@ mod tests {
 
     fn load_fixture() -> Gpt2 {
         let dir = fixture();
-        let cfg: Config = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let cfg: Config = crate::golden::read_config(&dir);
         let vb =
             unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu) }
                 .unwrap();
@@ -188,8 +188,7 @@ mod tests {
     #[test]
     fn last_token_states_match_an_independent_implementation() {
         let model = load_fixture();
-        let golden: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(fixture().join("golden.json")).unwrap()).unwrap();
+        let golden = crate::golden::read_json(&fixture());
         let seqs: Vec<Vec<u32>> = serde_json::from_value(golden["ids"].clone()).unwrap();
         let want: Vec<Vec<f32>> = serde_json::from_value(golden["embeddings"].clone()).unwrap();
         let t = seqs.iter().map(Vec::len).max().unwrap();
@@ -203,10 +202,8 @@ mod tests {
         let mask = Tensor::from_vec(mask, (seqs.len(), t), &Device::Cpu).unwrap();
         for differentiable in [false, true] {
             let got: Vec<Vec<f32>> = model.forward(&ids, &mask, differentiable).unwrap().to_vec2().unwrap();
-            for (g, w) in got.iter().zip(&want) {
-                let d = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(d < 1e-4, "differentiable={differentiable}: off by {d}: {g:?} vs {w:?}");
-            }
+            let d = crate::golden::max_diff(&got, &want);
+            assert!(d < 1e-4, "differentiable={differentiable}: off by {d}: {got:?} vs {want:?}");
         }
     }
 
@@ -215,7 +212,7 @@ mod tests {
     #[test]
     fn gradients_match_an_independent_implementation() {
         let dir = fixture();
-        let cfg: Config = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let cfg: Config = crate::golden::read_config(&dir);
         let mut vm = VarMap::new();
         let model = Gpt2::new(&cfg, VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu)).unwrap();
         crate::golden::load_weights(&dir, &mut vm);
