@@ -236,7 +236,9 @@ pub fn train(
         progress(Phase::Resumed, jury.n);
         start += 1;
     }
-    if start > 0 {
+    // Only the last finished epoch's weights are kept, so a run asking for fewer epochs
+    // than the folder holds has none to load, and needs none: it trains nothing.
+    if start > 0 && start < cfg.epochs {
         trainee.load(&Checkpoint::epoch(&ft.checkpoints, start - 1), &dev)?;
     }
     // A mid-epoch checkpoint of the epoch to train next takes over from there.
@@ -429,6 +431,17 @@ mod tests {
         .unwrap();
         assert_eq!(counted, (40, 2 * 40), "one epoch trained, two replayed from checkpoints");
         assert_eq!((replayed, trained), (2, 1));
+        // A later run asking for fewer epochs than the folder holds (epoch 0's weights
+        // are gone) replays them and trains nothing.
+        let mut again = Vec::new();
+        let cfg = TrainConfig { epochs: 2, ..cfg };
+        let ok = |e: usize, r: &EpochResult, loss: Option<f64>| {
+            assert_eq!(loss, None, "epoch {e} replayed, not trained");
+            again.push(r.clone());
+            Ok(())
+        };
+        train(dir.path(), &texts, &jury, &cfg, &ft, ok, |phase, _| assert_eq!(phase, Phase::Resumed)).unwrap();
+        assert_eq!(again, seen);
     }
 
     #[test]
