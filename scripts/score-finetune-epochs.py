@@ -44,9 +44,9 @@ def main():
         return 100.0 * sum(hard[i] == labels[i] for i in idx) / max(len(idx), 1)
 
     print(f"seed {args.seed}: dev {len(dev_idx)} examples, test split {len(test_idx)}")
-    context_free = {"avg", "mv", "ds"}
+    seeded = {name for name, m in metrics.get("methods", {}).items() if "seeds" in m}
     for col in [c for c in rows[0] if c.endswith("_label") and c != "label"]:
-        if args.seed != 0 and col[:-6] not in context_free:
+        if args.seed != 0 and col[:-6] in seeded:
             # predictions.csv holds seed 0's posteriors of the seeded methods; on another
             # seed's split they would read as that seed's result.
             print(f"  {col[:-6]:>12}: predictions.csv holds seed 0's; see the epochs below")
