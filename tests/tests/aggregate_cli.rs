@@ -342,6 +342,11 @@ fn skills_start_at_dawid_skenes_estimates() {
     }
     let paired = m["methods"]["ds"]["outside_dev"]["seeds"].as_array().unwrap();
     assert_eq!(paired.len(), 1, "Dawid-Skene scored on each seed's test split");
+    // Each finished seed's result is logged as it finishes, the same as metrics.json's.
+    let seed0 = m["methods"]["skillagg-noreg"]["seeds"][0].as_f64().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("skillagg-noreg seed 0: chose lambda 0 epoch 0 (dev accuracy "), "{log}");
+    assert!(log.contains(&format!("accuracy outside the dev set {seed0:.4}; context model alone ")), "{log}");
     let dev = m["dev_sets"][0].as_array().unwrap();
     assert_eq!(dev.len(), 10, "seed 0's dev set by example id");
     assert!(dev.iter().all(|id| id.as_str().unwrap().starts_with('e')));

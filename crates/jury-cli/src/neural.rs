@@ -550,9 +550,19 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                 bail!("no epochs were trained")
             };
             let acc = share_correct(&post, &test, labels);
+            let mut context_note = String::new();
             if !context.is_empty() {
-                context_accs.push(share_correct(&context, &test, labels));
+                let context_acc = share_correct(&context, &test, labels);
+                context_accs.push(context_acc);
+                context_note = format!("; context model alone {context_acc:.4}");
             }
+            // A fine-tuned seed takes hours: its result goes to the log as it finishes,
+            // so a long run's finished seeds can be read before metrics.json is written.
+            eprintln!(
+                "{} seed {seed}: chose lambda {lambda} epoch {epoch} (dev accuracy {dev_acc:.4}); \
+                 accuracy outside the dev set {acc:.4}{context_note}",
+                method.name()
+            );
             accs.push(acc);
             devs.push(dev_acc);
             chosen.push(json!({"lambda": lambda, "epoch": epoch}));
