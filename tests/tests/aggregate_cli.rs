@@ -366,6 +366,33 @@ fn skills_start_at_dawid_skenes_estimates() {
     assert!(!dir.path().join("out2").exists());
 }
 
+/// `--first-seed`: a run of seed 1 alone gives what seed 1 gave beside seed 0 (dev set,
+/// accuracy), so the seeds of a long run can go to separate machines.
+#[test]
+fn a_seed_run_alone_repeats_the_same_seed_run_beside_others() {
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 60);
+    let cache = dir.path().join("cache");
+    let flags = ["--methods", "ds,skillagg-noreg", "--dev-size", "10", "--epochs", "2"];
+    let both = aggregate_contexts(dir.path(), &cache, &[&flags[..], &["--seeds", "2"]].concat(), "both");
+    assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
+    let alone =
+        aggregate_contexts(dir.path(), &cache, &[&flags[..], &["--seeds", "1", "--first-seed", "1"]].concat(), "alone");
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
+    let read = |out: &str| -> Value {
+        serde_json::from_str(&fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap()).unwrap()
+    };
+    let (b, a) = (read("both"), read("alone"));
+    assert_eq!(b["seeds"], serde_json::json!([0, 1]));
+    assert_eq!(a["seeds"], serde_json::json!([1]));
+    assert_eq!(a["dev_sets"][0], b["dev_sets"][1]);
+    assert_ne!(b["dev_sets"][0], b["dev_sets"][1]);
+    let method = |m: &Value, i: usize| m["methods"]["skillagg-noreg"]["seeds"][i].as_f64().unwrap();
+    assert_eq!(method(&a, 0), method(&b, 1));
+    assert_eq!(a["methods"]["ds"]["outside_dev"]["seeds"][0], b["methods"]["ds"]["outside_dev"]["seeds"][1]);
+    assert!(String::from_utf8_lossy(&alone.stderr).contains("skillagg-noreg seed 1: chose lambda 0"));
+}
+
 /// `--device`: an unknown name is refused before any work, and a GPU this build or
 /// machine cannot open (GPU 7) ends the run with exit code 2 naming it, nothing written.
 #[test]

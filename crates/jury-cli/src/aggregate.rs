@@ -40,6 +40,10 @@ pub struct Args {
     /// Seeds of the context-dependent methods (mean and std reported).
     #[arg(long, default_value_t = 5)]
     seeds: usize,
+    /// The first of the --seeds consecutive seeds (seeds first..first+seeds), so the
+    /// seeds of a long fine-tuned run can go to separate machines or sessions.
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
     /// Context encoder mode: frozen (embeddings computed once and cached) or finetune.
     #[arg(long, default_value = "frozen")]
     encoder: String,
@@ -154,6 +158,7 @@ pub struct Options {
     pub contexts: Option<PathBuf>,
     pub dev_size: usize,
     pub seeds: usize,
+    pub first_seed: u64,
     pub encoder: String,
     pub encoder_dir: PathBuf,
     pub device: String,
@@ -181,6 +186,7 @@ impl Default for Options {
             contexts: None,
             dev_size: 250,
             seeds: 5,
+            first_seed: 0,
             encoder: "frozen".into(),
             encoder_dir: "models/all-MiniLM-L6-v2".into(),
             device: "cpu".into(),
@@ -217,6 +223,7 @@ impl From<&Args> for Options {
             contexts: a.contexts.clone(),
             dev_size: a.dev_size,
             seeds: a.seeds,
+            first_seed: a.first_seed,
             encoder: a.encoder.clone(),
             encoder_dir: a.encoder_dir.clone(),
             device: a.device.clone(),
@@ -279,6 +286,9 @@ impl Settings {
                 .collect::<Option<Vec<f64>>>()
                 .filter(|v| !v.is_empty());
             let Some(lambdas) = lambdas else { bail!("--lambdas `{}`: expected non-negative numbers", a.lambdas) };
+            if a.first_seed.checked_add(a.seeds as u64).is_none() {
+                bail!("--first-seed {} plus --seeds {} overflows", a.first_seed, a.seeds);
+            }
             if a.seeds == 0 || a.epochs == 0 || a.dev_size == 0 {
                 bail!("--seeds, --epochs and --dev-size must be at least 1");
             }
@@ -305,6 +315,7 @@ impl Settings {
                 device,
                 dev_size: a.dev_size,
                 seeds: a.seeds,
+                first_seed: a.first_seed,
                 max_tokens: a.max_tokens,
                 split_fields: a.split_fields,
                 epochs: a.epochs,
@@ -409,6 +420,7 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
         let splits = crate::neural::splits(labels, judgments.n_examples(), opts);
         // Each seed's dev set by example id, so any posterior can be rescored on the splits.
         let ids = judgments.example_ids();
+        metrics["seeds"] = json!(opts.seed_range().collect::<Vec<_>>());
         metrics["dev_sets"] = json!(
             splits.iter().map(|(dev, _)| dev.iter().map(|&i| ids[i].as_str()).collect::<Vec<_>>()).collect::<Vec<_>>()
         );

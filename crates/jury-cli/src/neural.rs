@@ -78,7 +78,10 @@ pub struct NeuralOptions {
     /// Where the encoder embeds or fine-tunes (frozen heads train on the CPU).
     pub device: jury_neural::ComputeDevice,
     pub dev_size: usize,
+    /// Seeds `first_seed..first_seed + seeds` (a seed fixes the dev split, the
+    /// initialisation and the batch order, whichever seeds run beside it).
     pub seeds: usize,
+    pub first_seed: u64,
     pub max_tokens: usize,
     /// Embed each ` || `-separated field alone and concatenate (frozen only).
     pub split_fields: bool,
@@ -90,6 +93,14 @@ pub struct NeuralOptions {
     pub batch: usize,
     pub embed_cache: PathBuf,
     pub skill_init: SkillInit,
+}
+
+impl NeuralOptions {
+    /// The seeds this run trains, in order (the first one's posteriors go to
+    /// predictions.csv).
+    pub fn seed_range(&self) -> std::ops::Range<u64> {
+        self.first_seed..self.first_seed.saturating_add(self.seeds as u64)
+    }
 }
 
 /// Where the judges' skills start training.
@@ -417,7 +428,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         let (mut accs, mut devs, mut chosen, mut slopes_all) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut context_accs = Vec::new();
         let mut first_post = Vec::new();
-        for seed in 0..opts.seeds as u64 {
+        for seed in opts.seed_range() {
             let (dev, test) = split(&labeled, seed, opts.dev_size);
             let mut best: Option<Pick> = None;
             for lambda in method.lambdas(&opts.lambdas) {
@@ -569,7 +580,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             if !slopes.is_empty() {
                 slopes_all.push(slopes);
             }
-            if seed == 0 {
+            if seed == opts.first_seed {
                 first_post = if c == 2 {
                     post.iter().map(|&p| vec![1.0 - p as f64, p as f64]).collect()
                 } else {
@@ -622,7 +633,7 @@ fn split(labeled: &[usize], seed: u64, dev_size: usize) -> (Vec<usize>, Vec<usiz
 /// `labels`.
 pub fn splits(labels: &Labels, n: usize, opts: &NeuralOptions) -> Vec<(Vec<usize>, Vec<usize>)> {
     let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
-    (0..opts.seeds as u64).map(|seed| split(&labeled, seed, opts.dev_size)).collect()
+    opts.seed_range().map(|seed| split(&labeled, seed, opts.dev_size)).collect()
 }
 
 /// Share of the examples `idx` whose predicted class matches their label. `post` is
@@ -685,6 +696,7 @@ mod tests {
             device: jury_neural::ComputeDevice::Cpu,
             dev_size: 1,
             seeds: 1,
+            first_seed: 0,
             max_tokens: 128,
             split_fields: false,
             epochs: 3,
@@ -697,9 +709,16 @@ mod tests {
         };
         let key = |o: &NeuralOptions| finetune_key(&j, o).unwrap();
         let k0 = key(&base);
-        // More epochs or seeds extend a run; another device resumes it (the state saves
-        // on the CPU), so none of them is part of the key.
-        let moved = NeuralOptions { epochs: 20, seeds: 5, device: jury_neural::ComputeDevice::Cuda(1), ..base.clone() };
+        // More epochs or seeds extend a run, and a seed's checkpoints are the same
+        // whichever seeds run beside it; another device resumes it (the state saves on
+        // the CPU), so none of them is part of the key.
+        let moved = NeuralOptions {
+            epochs: 20,
+            seeds: 5,
+            first_seed: 3,
+            device: jury_neural::ComputeDevice::Cuda(1),
+            ..base.clone()
+        };
         assert_eq!(k0, key(&moved));
         for changed in [
             NeuralOptions { batch: 256, ..base.clone() },
