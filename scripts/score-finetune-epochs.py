@@ -34,9 +34,11 @@ def main():
     labels = [int(r["label"]) if r["label"] != "" else None for r in rows]
     metrics = json.loads((args.run / "metrics.json").read_text())
     dev_sets = metrics.get("dev_sets") or []
-    if args.seed >= len(dev_sets):
-        sys.exit(f"{args.run / 'metrics.json'}: no dev set for seed {args.seed} ({len(dev_sets)} seeds)")
-    dev = set(dev_sets[args.seed])
+    # Runs since `--first-seed` name their seeds; older ones ran seeds 0, 1, ...
+    seeds = metrics.get("seeds", list(range(len(dev_sets))))
+    if args.seed not in seeds:
+        sys.exit(f"{args.run / 'metrics.json'}: no dev set for seed {args.seed} (the run's seeds: {seeds})")
+    dev = set(dev_sets[seeds.index(args.seed)])
     dev_idx = [i for i, e in enumerate(ids) if e in dev]
     test_idx = [i for i, e in enumerate(ids) if e not in dev and labels[i] is not None]
 
@@ -46,10 +48,10 @@ def main():
     print(f"seed {args.seed}: dev {len(dev_idx)} examples, test split {len(test_idx)}")
     seeded = {name for name, m in metrics.get("methods", {}).items() if "seeds" in m}
     for col in [c for c in rows[0] if c.endswith("_label") and c != "label"]:
-        if args.seed != 0 and col[:-6] in seeded:
-            # predictions.csv holds seed 0's posteriors of the seeded methods; on another
-            # seed's split they would read as that seed's result.
-            print(f"  {col[:-6]:>12}: predictions.csv holds seed 0's; see the epochs below")
+        if args.seed != seeds[0] and col[:-6] in seeded:
+            # predictions.csv holds the run's first seed's posteriors of the seeded
+            # methods; on another seed's split they would read as that seed's result.
+            print(f"  {col[:-6]:>12}: predictions.csv holds seed {seeds[0]}'s; see the epochs below")
             continue
         hard = [int(r[col]) for r in rows]
         print(f"  {col[:-6]:>12} on the test split: {share(hard, test_idx):.2f}")

@@ -387,10 +387,48 @@ fn a_seed_run_alone_repeats_the_same_seed_run_beside_others() {
     assert_eq!(a["seeds"], serde_json::json!([1]));
     assert_eq!(a["dev_sets"][0], b["dev_sets"][1]);
     assert_ne!(b["dev_sets"][0], b["dev_sets"][1]);
+    // The context model alone differs between seeds here (the posterior is right on
+    // every test example with either seed), so it shows whose seed ran.
+    let context =
+        |m: &Value, i: usize| m["methods"]["skillagg-noreg"]["context_accuracy"]["seeds"][i].as_f64().unwrap();
+    assert_ne!(context(&b, 0), context(&b, 1));
+    assert_eq!(context(&a, 0), context(&b, 1));
     let method = |m: &Value, i: usize| m["methods"]["skillagg-noreg"]["seeds"][i].as_f64().unwrap();
     assert_eq!(method(&a, 0), method(&b, 1));
     assert_eq!(a["methods"]["ds"]["outside_dev"]["seeds"][0], b["methods"]["ds"]["outside_dev"]["seeds"][1]);
     assert!(String::from_utf8_lossy(&alone.stderr).contains("skillagg-noreg seed 1: chose lambda 0"));
+    // scripts/pool-seeds.py pools seed 0's run and seed 1's into what the run of both
+    // reported, and refuses a seed given twice.
+    let zero = aggregate_contexts(dir.path(), &cache, &[&flags[..], &["--seeds", "1"]].concat(), "zero");
+    assert!(zero.status.success(), "{}", String::from_utf8_lossy(&zero.stderr));
+    let pool = |runs: &[&str]| {
+        let script = repo_root().join("scripts/pool-seeds.py");
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(script).args(runs.iter().map(|r| dir.path().join(r).join("metrics.json")));
+        cmd.arg("--out").arg(dir.path().join("pooled.json")).output().expect("python3")
+    };
+    let pooled = pool(&["alone", "zero"]);
+    assert!(pooled.status.success(), "{}", String::from_utf8_lossy(&pooled.stderr));
+    let p: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("pooled.json")).unwrap()).unwrap();
+    assert_eq!(p["seeds"], serde_json::json!([0, 1]));
+    let sa = &b["methods"]["skillagg-noreg"];
+    for (name, got, want) in [
+        ("skillagg-noreg", &p["methods"]["skillagg-noreg"], sa),
+        ("context model", &p["methods"]["skillagg-noreg"]["context_accuracy"], &sa["context_accuracy"]),
+        ("ds", &p["methods"]["ds"], &b["methods"]["ds"]["outside_dev"]),
+    ] {
+        for field in ["accuracy", "std"] {
+            let (got, want) = (got[field].as_f64().unwrap(), want[field].as_f64().unwrap());
+            assert!((got - want).abs() < 1e-12, "{name} {field}: pooled {got}, one run {want}");
+        }
+    }
+    let twice = pool(&["both", "alone"]);
+    assert!(!twice.status.success());
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("seed 1 is in both"),
+        "{}",
+        String::from_utf8_lossy(&twice.stderr)
+    );
 }
 
 /// `--device`: an unknown name is refused before any work, and a GPU this build or
