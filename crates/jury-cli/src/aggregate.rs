@@ -204,7 +204,8 @@ impl Default for Options {
 
 impl Options {
     /// Whether `methods` names a context-dependent method (unparsable lists answer
-    /// false; `Settings::new` reports them).
+    /// false; `Settings::new` reports them). Only `jury run` asks.
+    #[cfg(feature = "judges")]
     pub fn wants_contexts(&self) -> bool {
         Method::parse_list(&self.methods).is_ok_and(|(_, neural)| !neural.is_empty())
     }

@@ -3,10 +3,12 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
+#[cfg(feature = "judges")]
 mod llm_eval;
 mod neural;
 mod rank;
 mod report;
+#[cfg(feature = "judges")]
 mod run;
 mod simulate;
 mod winrate;
@@ -29,7 +31,14 @@ enum Command {
     /// Write a simulated jury with known skills (judgments.csv, labels.csv).
     Simulate(simulate::Args),
     /// Run a YAML experiment: judges over a data set, then aggregation and scoring.
+    #[cfg(feature = "judges")]
     Run(run::Args),
+    /// Run a YAML experiment (not in this build: it has no LLM judges).
+    #[cfg(not(feature = "judges"))]
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
     /// Win rate between generator pairs from evaluator votes, calibrated (BWRS, Bayesian Dawid-Skene).
     Winrate(winrate::Args),
     /// Rank models from their responses without ground truth (triplet ranking, most common answer).
@@ -44,7 +53,10 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Aggregate(args) => aggregate::run(*args),
         Command::Simulate(args) => simulate::run(args),
+        #[cfg(feature = "judges")]
         Command::Run(args) => run::prepare(&args).and_then(run::run),
+        #[cfg(not(feature = "judges"))]
+        Command::Run { .. } => Err(without_judges("`jury run`")),
         Command::Winrate(args) => winrate::run(args),
         Command::Rank(args) => rank::run(args),
         Command::RankSim(args) => rank::run_sim(args),
@@ -56,6 +68,15 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The error of a command that needs the LLM judges in a build without them.
+#[cfg(not(feature = "judges"))]
+fn without_judges(what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} runs LLM judges, and this jury was built without them (--no-default-features); \
+         build it with the default features (cargo build -p jury-cli)"
+    )
 }
 
 /// The whole context chain on one line, "outer: inner: cause", leaving out a cause whose

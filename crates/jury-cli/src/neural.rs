@@ -271,7 +271,7 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.reset_eta();
-    let log = jury_runner::LogProgress::new("embedding contexts", todo.len() as u64);
+    let log = jury_progress::LogProgress::new("embedding contexts", todo.len() as u64);
     let mut out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -466,11 +466,11 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                     let shared = if read_prior { format!(" (trained as {})", train_as.name()) } else { String::new() };
                     run += 1;
                     let bar = ProgressBar::new((n * opts.epochs) as u64);
-                    let log = jury_runner::LogProgress::new(
+                    let log = jury_progress::LogProgress::new(
                         format!("[{run}/{runs}] fine-tuning {}{shared} seed {seed} lambda {lambda}", method.name()),
                         (n * opts.epochs) as u64,
                     );
-                    let mut scored: Option<(usize, jury_runner::LogProgress)> = None;
+                    let mut scored: Option<(usize, jury_progress::LogProgress)> = None;
                     jury_neural::finetune::train(
                         &opts.encoder_dir,
                         &refs,
@@ -522,7 +522,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                                         "scoring all texts ({} seed {seed} lambda {lambda} epoch {epoch})",
                                         method.name()
                                     );
-                                    scored = Some((epoch, jury_runner::LogProgress::new(label, n as u64)));
+                                    scored = Some((epoch, jury_progress::LogProgress::new(label, n as u64)));
                                 }
                                 if let Some((_, log)) = &scored {
                                     log.inc(done as u64);

@@ -15,6 +15,7 @@ use jury_rank::{
 use jury_sim::{ChoiceConfig, simulate_choice};
 use serde_json::json;
 
+#[cfg(feature = "judges")]
 use crate::llm_eval::{LlmEvalConfig, LlmEvaluation};
 
 /// Rank-biased overlap persistence used throughout (the paper's p = 0.95).
@@ -145,6 +146,9 @@ pub fn run(args: Args) -> Result<()> {
     let responses =
         Responses::new(models.clone(), cells.clone()).with_context(|| args.responses.display().to_string())?;
     let ranking = match &eval_kind {
+        #[cfg(not(feature = "judges"))]
+        EvalKind::Llm(_) => return Err(crate::without_judges("--eval llm:")),
+        #[cfg(feature = "judges")]
         EvalKind::Llm(gguf) => {
             if method == Method::Mca {
                 bail!(

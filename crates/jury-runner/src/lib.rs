@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use jury_cache::{Cache, CacheError, key};
 use jury_datasets::Example;
 use jury_judge::{EXTRACTION_RULE, Judge, JudgeError, Verdict};
+use jury_progress::LogProgress;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -37,81 +38,6 @@ pub struct JudgeSummary {
 pub fn judgment_key(model_sha256: &str, engine: &str, template_text: &str, tokens: &[u32]) -> String {
     let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
     key(&[model_sha256.as_bytes(), engine.as_bytes(), template_text.as_bytes(), &bytes, EXTRACTION_RULE.as_bytes()])
-}
-
-/// Progress for logs: when stderr is not a terminal (a run under `nohup`, CI), indicatif
-/// draws nothing, so one plain line is printed at every 10% and at least once a minute.
-pub struct LogProgress {
-    label: String,
-    total: u64,
-    start: Instant,
-    state: Mutex<LogState>,
-    enabled: bool,
-}
-
-/// Counts behind a [`LogProgress`] line.
-struct LogState {
-    done: u64,
-    /// Part of `done` found finished (a resumed run): not work of this process, so
-    /// left out of the rate.
-    skipped: u64,
-    last_decile: u64,
-    last_time: Instant,
-}
-
-impl LogProgress {
-    pub fn new(label: impl Into<String>, total: u64) -> Self {
-        use std::io::IsTerminal;
-        let now = Instant::now();
-        Self {
-            label: label.into(),
-            total,
-            start: now,
-            state: Mutex::new(LogState { done: 0, skipped: 0, last_decile: 0, last_time: now }),
-            enabled: !std::io::stderr().is_terminal(),
-        }
-    }
-
-    /// `n` more items done by this process.
-    pub fn inc(&self, n: u64) {
-        self.advance(n, 0);
-    }
-
-    /// `n` items found already done (resume): they move the count, not the rate.
-    pub fn skip(&self, n: u64) {
-        self.advance(n, n);
-    }
-
-    fn advance(&self, n: u64, skipped: u64) {
-        if !self.enabled {
-            return;
-        }
-        let Ok(mut st) = self.state.lock() else { return };
-        st.done += n;
-        st.skipped += skipped;
-        if let Some(line) = self.line(&mut st, self.start.elapsed().as_secs_f64()) {
-            eprintln!("{line}");
-        }
-    }
-
-    /// The line to print now, if one is due (every 10%, each minute, at the end).
-    fn line(&self, st: &mut LogState, secs: f64) -> Option<String> {
-        let decile = st.done * 10 / self.total.max(1);
-        if !(decile > st.last_decile || st.last_time.elapsed().as_secs() >= 60 || st.done == self.total) {
-            return None;
-        }
-        st.last_decile = decile;
-        st.last_time = Instant::now();
-        let (done, total) = (st.done, self.total);
-        let worked = done - st.skipped;
-        let resumed = if st.skipped > 0 { format!(", {} found done", st.skipped) } else { String::new() };
-        if worked == 0 {
-            return Some(format!("{}: {done}/{total} ({secs:.0} s elapsed{resumed})", self.label));
-        }
-        let rate = worked as f64 / secs.max(1e-9);
-        let eta = (total - done.min(total)) as f64 / rate.max(1e-9);
-        Some(format!("{}: {done}/{total} ({rate:.2}/s, {secs:.0} s elapsed, ETA {eta:.0} s{resumed})", self.label))
-    }
 }
 
 /// A judge's verdicts by example id, plus the judged token sequences when asked for.
@@ -202,17 +128,5 @@ mod tests {
         assert_ne!(base, judgment_key("m", "e2", "t", &[1, 2, 3]));
         assert_ne!(base, judgment_key("m", "e", "t2", &[1, 2, 3]));
         assert_ne!(base, judgment_key("m", "e", "t", &[1, 2, 4]));
-    }
-
-    /// Items found done on resume move the count but not the rate: 50 skipped and 10
-    /// worked in 10 s is 1 item/s, so the other 40 take 40 s.
-    #[test]
-    fn resumed_items_stay_out_of_the_rate() {
-        let log = LogProgress::new("x", 100);
-        let mut st = LogState { done: 60, skipped: 50, last_decile: 0, last_time: Instant::now() };
-        assert_eq!(log.line(&mut st, 10.0).unwrap(), "x: 60/100 (1.00/s, 10 s elapsed, ETA 40 s, 50 found done)");
-        assert!(log.line(&mut st, 11.0).is_none(), "no new decile, under a minute");
-        let mut fresh = LogState { done: 50, skipped: 50, last_decile: 0, last_time: Instant::now() };
-        assert_eq!(log.line(&mut fresh, 1.0).unwrap(), "x: 50/100 (1 s elapsed, 50 found done)");
     }
 }
