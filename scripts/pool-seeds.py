@@ -54,11 +54,12 @@ def main():
     free = sorted(n for n, e in first["methods"].items() if "outside_dev" in e)
     seen = {}
     for path, m, seeds in runs:
-        for field in ("n_examples",):
-            if m.get(field) != first.get(field):
-                fail(f"{path}: {field} {m.get(field)}, {first_path} has {first.get(field)}")
+        if m.get("n_examples") != first.get("n_examples"):
+            fail(f"{path}: n_examples {m.get('n_examples')}, {first_path} has {first.get('n_examples')}")
         if sorted(n for n, e in m["methods"].items() if "seeds" in e) != seeded:
             fail(f"{path}: seeded methods differ from {first_path}'s ({', '.join(seeded)})")
+        if sorted(n for n, e in m["methods"].items() if "outside_dev" in e) != free:
+            fail(f"{path}: context-free methods differ from {first_path}'s ({', '.join(free)})")
         for s in seeds:
             if s in seen:
                 fail(f"seed {s} is in both {seen[s]} and {path}")
