@@ -643,7 +643,8 @@ fn split_fields_embeds_each_field_alone() {
 }
 
 /// GPT-2 (the paper's encoder) named by hub model id: a tiny random GPT-2 laid out as
-/// the hub cache lays out `team/tiny-gpt2`, read offline, frozen and fine-tuned.
+/// the hub cache lays out `team/tiny-gpt2`, read offline, frozen and fine-tuned; with
+/// `--cache-dir` the embeddings and checkpoints go there instead of the user's cache.
 #[test]
 fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
     let dir = tempfile::tempdir().unwrap();
@@ -657,7 +658,7 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
         fs::copy(repo_root().join("crates/jury-neural/testdata/tiny-gpt2").join(f), snap.join(f)).unwrap();
     }
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
-    let run = |encoder: &str, mode: &str, out: &str| {
+    let run_with = |encoder: &str, mode: &str, out: &str, extra: &[&str]| {
         std::process::Command::new(common::jury_bin())
             .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .env("HF_HOME", &hf)
@@ -666,9 +667,11 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
             .args(["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "1"])
             .args(["--lambdas", "0.01", "--max-tokens", "8", "--batch", "8", "--encoder", mode])
             .args(["--encoder-dir", encoder, "--out", &p(out)])
+            .args(extra)
             .output()
             .unwrap()
     };
+    let run = |encoder: &str, mode: &str, out: &str| run_with(encoder, mode, out, &[]);
     for (mode, out) in [("frozen", "frozen"), ("finetune", "finetuned")] {
         let o = run("team/tiny-gpt2", mode, out);
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -678,6 +681,25 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
         let acc = m["methods"]["skillagg-x"]["accuracy"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&acc), "{m}");
     }
+    let elsewhere = dir.path().join("elsewhere");
+    let default_cache = dir.path().join("cache/jury");
+    let listing = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(d)
+            .map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let before = (listing(&default_cache.join("embeddings")), listing(&default_cache.join("finetune")));
+    assert!(!before.0.is_empty() && !before.1.is_empty(), "{before:?}");
+    for (mode, out) in [("frozen", "frozen-elsewhere"), ("finetune", "finetuned-elsewhere")] {
+        let o = run_with("team/tiny-gpt2", mode, out, &["--cache-dir", elsewhere.to_str().unwrap()]);
+        assert!(o.status.success(), "{mode}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(listing(&elsewhere), ["embeddings", "finetune"]);
+    assert_eq!(listing(&elsewhere.join("embeddings")), before.0, "the same embedding key, in the other cache");
+    assert_eq!(listing(&elsewhere.join("finetune")), before.1, "the same checkpoint key, in the other cache");
+    assert_eq!((listing(&default_cache.join("embeddings")), listing(&default_cache.join("finetune"))), before);
     let o = run("team/absent", "frozen", "absent");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");

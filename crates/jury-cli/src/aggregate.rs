@@ -84,6 +84,12 @@ pub struct Args {
     /// estimated by Dawid-Skene (with the --ds-* settings; binary judgments).
     #[arg(long, default_value = "0.8")]
     skill_init: String,
+    /// Root of jury's on-disk caches: DIR/embeddings (frozen-encoder embeddings) and
+    /// DIR/finetune (fine-tuning checkpoints, which a long run resumes from); put it on a
+    /// disk that outlives the machine for runs that span sessions. Default
+    /// $XDG_CACHE_HOME/jury, else ~/.cache/jury.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     /// Output directory for metrics.json and predictions.csv.
     #[arg(long)]
     out: PathBuf,
@@ -171,6 +177,9 @@ pub struct Options {
     /// Examples per training step; `None`: 256 frozen, 32 fine-tuned.
     pub batch: Option<usize>,
     pub skill_init: String,
+    /// Root of the embedding cache and the fine-tuning checkpoints; `None`: the user's
+    /// cache folder.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -198,6 +207,7 @@ impl Default for Options {
             lr: 1e-3,
             batch: None,
             skill_init: "0.8".into(),
+            cache_dir: None,
         }
     }
 }
@@ -236,6 +246,7 @@ impl From<&Args> for Options {
             lr: a.lr,
             batch: a.batch,
             skill_init: a.skill_init.clone(),
+            cache_dir: a.cache_dir.clone(),
         }
     }
 }
@@ -324,7 +335,7 @@ impl Settings {
                 hidden: a.hidden,
                 lr: a.lr,
                 batch: a.batch.unwrap_or(if finetune { 32 } else { jury_neural::skill::TrainConfig::default().batch }),
-                embed_cache: crate::neural::default_embed_cache(),
+                cache_dir: a.cache_dir.clone().unwrap_or_else(crate::neural::default_cache_dir),
                 skill_init,
             })
         };

@@ -91,7 +91,8 @@ pub struct NeuralOptions {
     pub lr: f64,
     /// Examples per training step.
     pub batch: usize,
-    pub embed_cache: PathBuf,
+    /// Root of the caches: `embeddings/` and `finetune/` below it.
+    pub cache_dir: PathBuf,
     pub skill_init: SkillInit,
 }
 
@@ -100,6 +101,16 @@ impl NeuralOptions {
     /// predictions.csv).
     pub fn seed_range(&self) -> std::ops::Range<u64> {
         self.first_seed..self.first_seed.saturating_add(self.seeds as u64)
+    }
+
+    /// Frozen-encoder embeddings, one file per (encoder, settings, texts) key.
+    fn embeddings_dir(&self) -> PathBuf {
+        self.cache_dir.join("embeddings")
+    }
+
+    /// Fine-tuning checkpoints, one folder per (judgments, settings) key.
+    fn finetune_dir(&self) -> PathBuf {
+        self.cache_dir.join("finetune")
     }
 }
 
@@ -248,7 +259,8 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
         parts.push(b"\0");
     }
     let key = jury_cache::key(&parts);
-    let file = opts.embed_cache.join(format!("{key}.f32"));
+    let cache = opts.embeddings_dir();
+    let file = cache.join(format!("{key}.f32"));
     let encoder = Encoder::load_on(&opts.encoder_dir, opts.device.open()?)?;
     let h = encoder.hidden_size();
     if let Ok(bytes) = std::fs::read(&file)
@@ -257,9 +269,8 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
         let v: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         return Ok((v, h));
     }
-    std::fs::create_dir_all(&opts.embed_cache)
-        .with_context(|| format!("creating embedding cache {}", opts.embed_cache.display()))?;
-    let partial = opts.embed_cache.join(format!("{key}.partial"));
+    std::fs::create_dir_all(&cache).with_context(|| format!("creating embedding cache {}", cache.display()))?;
+    let partial = cache.join(format!("{key}.partial"));
     let mut rows: Vec<Option<Vec<f32>>> = vec![None; ordered.len()];
     let done = read_partial(&partial, h, &mut rows)?;
     if done > 0 {
@@ -406,8 +417,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         multiclass::tensors(&multi, Method::SkillAgg, x.device())?
     };
     // Every fine-tuned run's checkpoints go under one folder per judgments and settings.
-    let ft_dir =
-        if opts.finetune { Some(opts.embed_cache.join("../finetune").join(finetune_key(j, opts)?)) } else { None };
+    let ft_dir = if opts.finetune { Some(opts.finetune_dir().join(finetune_key(j, opts)?)) } else { None };
     let judge_skills = opts.skill_init.judge_skills(j)?;
     let mut out = Vec::new();
     // Fine-tuning runs one (method, seed, lambda) after another, each for hours on a
@@ -648,13 +658,13 @@ fn share_correct(post: &[f32], idx: &[usize], labels: &Labels) -> f64 {
     right as f64 / idx.len().max(1) as f64
 }
 
-/// Default location of the embedding cache.
-pub fn default_embed_cache() -> PathBuf {
+/// Default root of jury's caches.
+pub fn default_cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
         .unwrap_or_else(|| PathBuf::from(".cache"))
-        .join("jury/embeddings")
+        .join("jury")
 }
 
 #[cfg(test)]
@@ -704,7 +714,7 @@ mod tests {
             hidden: 0,
             lr: 1e-3,
             batch: 32,
-            embed_cache: dir.path().join("cache"),
+            cache_dir: dir.path().join("cache"),
             skill_init: SkillInit::Uniform(0.8),
         };
         let key = |o: &NeuralOptions| finetune_key(&j, o).unwrap();
