@@ -475,6 +475,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!((o.hidden, o.skill_init.as_str(), o.split_fields), (256, "ds", true));
+        let cache: Options =
+            serde_yaml::from_str("methods: skillagg\ncontexts: c.csv\ncache_dir: /data/jury\n").unwrap();
+        let settings = Settings::new(&Options { encoder_dir: ".".into(), ..cache }).unwrap();
+        let neural = settings.neural_opts.unwrap();
+        assert_eq!(neural.cache_dir, Path::new("/data/jury"));
+        let default = Settings::new(&Options { encoder_dir: ".".into(), cache_dir: None, ..o.clone() }).unwrap();
+        assert_eq!(default.neural_opts.unwrap().cache_dir, crate::neural::default_cache_dir());
         let bad = Options { skill_init: "0.3".into(), ..o };
         let err = Settings::new(&bad).err().unwrap().to_string();
         assert!(err.contains("--skill-init `0.3`"), "{err}");
