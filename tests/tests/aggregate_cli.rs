@@ -681,25 +681,23 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
         let acc = m["methods"]["skillagg-x"]["accuracy"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&acc), "{m}");
     }
-    let elsewhere = dir.path().join("elsewhere");
-    let default_cache = dir.path().join("cache/jury");
-    let listing = |d: &Path| -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(d)
-            .map(|r| r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
+    // Every file of both caches, relative to the cache root.
+    let tree = |root: &Path| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = walk(root).into_iter().map(|f| f.strip_prefix(root).unwrap().to_owned()).collect();
         v.sort();
         v
     };
-    let before = (listing(&default_cache.join("embeddings")), listing(&default_cache.join("finetune")));
-    assert!(!before.0.is_empty() && !before.1.is_empty(), "{before:?}");
+    let (elsewhere, default_cache) = (dir.path().join("elsewhere"), dir.path().join("cache/jury"));
+    let before = tree(&default_cache);
+    for sub in ["embeddings", "finetune"] {
+        assert!(before.iter().any(|f| f.starts_with(sub)), "no {sub} in {before:?}");
+    }
     for (mode, out) in [("frozen", "frozen-elsewhere"), ("finetune", "finetuned-elsewhere")] {
         let o = run_with("team/tiny-gpt2", mode, out, &["--cache-dir", elsewhere.to_str().unwrap()]);
         assert!(o.status.success(), "{mode}: {}", String::from_utf8_lossy(&o.stderr));
     }
-    assert_eq!(listing(&elsewhere), ["embeddings", "finetune"]);
-    assert_eq!(listing(&elsewhere.join("embeddings")), before.0, "the same embedding key, in the other cache");
-    assert_eq!(listing(&elsewhere.join("finetune")), before.1, "the same checkpoint key, in the other cache");
-    assert_eq!((listing(&default_cache.join("embeddings")), listing(&default_cache.join("finetune"))), before);
+    assert_eq!(tree(&elsewhere), before, "the same embedding and checkpoint files, in the other cache");
+    assert_eq!(tree(&default_cache), before, "the default cache untouched");
     let o = run("team/absent", "frozen", "absent");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
