@@ -1,0 +1,19 @@
+# Sourced (not run) by scripts/reproduce-halueval-neural and scripts/finetune-seeds, from
+# the repository root: writes the authors' HaluEval dialogue judge outputs with each
+# example's dialogue as context into $data (judgments.csv, labels.csv, contexts.csv),
+# fetches the encoder, and sets $jury to JURY=PATH or to the test build's jury-e2e.
+src=../shared/data/skillagg-judge-outputs/halueval_dialogue
+dialogues=../shared/data/halueval/dialogue_data.json
+[ -d "$src" ] && [ -f "$dialogues" ] || { echo "error: $src or $dialogues not found (not redistributed)" >&2; exit 2; }
+scripts/fetch-encoder.sh >/dev/null
+if [ -n "${JURY:-}" ]; then
+  jury=$JURY
+  [ -x "$jury" ] || { echo "error: JURY=$jury is not an executable" >&2; exit 2; }
+else
+  cargo test -q --workspace --no-run 2>/dev/null
+  target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  jury="$target_dir/debug/jury-e2e"
+fi
+data=out/reproduce-halueval-neural/data
+mkdir -p "$data"
+python3 scripts/convert-halueval-judges.py --input "$src" --out "$data" --dialogues "$dialogues" >/dev/null
