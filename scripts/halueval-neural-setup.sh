@@ -10,7 +10,7 @@ if [ -n "${JURY:-}" ]; then
   jury=$JURY
   [ -x "$jury" ] || { echo "error: JURY=$jury is not an executable" >&2; exit 2; }
 else
-  cargo test -q --workspace --no-run 2>/dev/null
+  cargo test -q --workspace --no-run
   target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
   jury="$target_dir/debug/jury-e2e"
 fi
