@@ -7,6 +7,8 @@ keeps each epoch's posteriors (`epoch-NNN-posteriors.json`, the method's read) a
 2026-11-23, the context model's own (`epoch-NNN-prior.json`, Crowdlayer's read). Example
 order is the run's `predictions.csv` order (the judgments' order), which also holds the
 labels and the context-free methods' labels; `metrics.json` holds each seed's dev set.
+Each epoch also shows, over all examples, the share it labels 1 and its agreement with
+majority vote (the targets Train-on-MV fits), to tell a shifted decision boundary apart.
 
     python3 scripts/score-finetune-epochs.py --run out/ft-run/cl-ft-2ep \
         --checkpoints ~/.cache/jury/finetune/KEY/crowdlayer-seed0-lambda0 [--seed 0]
@@ -55,7 +57,11 @@ def main():
             continue
         hard = [int(r[col]) for r in rows]
         print(f"  {col[:-6]:>12} on the test split: {share(hard, test_idx):.2f}")
-    print(f"{'epoch':>5}  {'read':<10} {'test %':>7} {'dev %':>7}")
+    known = [y for y in labels if y is not None]
+    mv = [int(r["mv_label"]) for r in rows] if "mv_label" in rows[0] else None
+    print(f"label 1 on all examples: labels {100.0 * sum(known) / max(len(known), 1):.2f}%"
+          + (f", majority vote {100.0 * sum(mv) / len(mv):.2f}%" if mv else ""))
+    print(f"{'epoch':>5}  {'read':<10} {'test %':>7} {'dev %':>7} {'label 1 %':>9} {'= mv %':>7}")
     pattern = re.compile(r"epoch-(\d{3})-(posteriors|prior)\.json$")
     files = sorted(p for p in args.checkpoints.iterdir() if pattern.search(p.name))
     if not files:
@@ -67,7 +73,9 @@ def main():
             sys.exit(f"{path}: {len(post)} posteriors for {len(ids)} examples")
         hard = [int(p > 0.5) for p in post]
         name = "method" if read == "posteriors" else "context"
-        print(f"{int(epoch):>5}  {name:<10} {share(hard, test_idx):>7.2f} {share(hard, dev_idx):>7.2f}")
+        ones = 100.0 * sum(hard) / len(hard)
+        agree = f"{100.0 * sum(h == m for h, m in zip(hard, mv)) / len(mv):>7.2f}" if mv else f"{'-':>7}"
+        print(f"{int(epoch):>5}  {name:<10} {share(hard, test_idx):>7.2f} {share(hard, dev_idx):>7.2f} {ones:>9.2f} {agree}")
 
 
 if __name__ == "__main__":
