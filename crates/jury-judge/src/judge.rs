@@ -1,4 +1,4 @@
-//! One judge: a loaded mistral.rs model plus a prompt template.
+//! One in-process judge: a loaded mistral.rs model plus a prompt template.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -62,6 +62,19 @@ pub struct Verdict {
     pub mass: f64,
     pub n_tokens: usize,
     pub truncated: bool,
+    /// Whether every verdict token's probability was observed. Always true in process
+    /// (the full distribution is read); a server returning only its top k log-
+    /// probabilities may leave some out (see `logprobs`).
+    #[serde(default = "observed")]
+    pub exact: bool,
+    /// With `exact: false`: an upper bound on the summed probability of the verdict
+    /// tokens that were not observed (each is at most the smallest returned one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unobserved_bound: Option<f64>,
+}
+
+fn observed() -> bool {
+    true
 }
 
 impl Verdict {
@@ -86,6 +99,11 @@ impl Verdict {
             mass: (original.mass + swapped.mass) / 2.0,
             n_tokens: original.n_tokens.max(swapped.n_tokens),
             truncated: original.truncated || swapped.truncated,
+            exact: original.exact && swapped.exact,
+            unobserved_bound: match (original.unobserved_bound, swapped.unobserved_bound) {
+                (Some(a), Some(b)) => Some((a + b) / 2.0),
+                (a, b) => a.or(b),
+            },
         }
     }
 }
@@ -107,6 +125,8 @@ pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], t
         mass,
         n_tokens: 0,
         truncated: false,
+        exact: true,
+        unobserved_bound: None,
     }
 }
 
@@ -325,10 +345,9 @@ impl Judge {
 
     /// The exact token sequence judged for an example: the model's chat template over
     /// the system prompt and the rendered user turn, with the generation prompt, then
-    /// the answer prefix. Truncation rule: while the sequence is longer than
-    /// `max_prompt_tokens`, the longest example field is cut to three quarters of its
-    /// characters (keeping its start, marked with "..."); the instruction, the other
-    /// template text and the forced prefix are never cut. Returns whether it truncated.
+    /// the answer prefix, truncated by the shared rule (`render`: the longest field is
+    /// cut until the sequence fits `max_prompt_tokens`). Returns
+    /// whether it truncated.
     pub async fn render(
         &self,
         example: &str,
@@ -338,25 +357,18 @@ impl Judge {
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
         let mut fields = fields.clone();
         let mut truncated = false;
-        for _ in 0..40 {
+        for _ in 0..crate::render::MAX_CUTS {
             let user = self.template.render_user(&fields).map_err(ex_err)?;
             let toks = self.chat_tokens(user).await?;
             if toks.len() <= self.cfg.max_prompt_tokens {
                 return Ok((toks, truncated));
             }
-            let Some((_, longest)) = fields.iter_mut().max_by_key(|(_, v)| v.len()).filter(|(_, v)| v.len() > 16)
-            else {
+            if !crate::render::cut_longest(&mut fields) {
                 break;
-            };
-            let keep = longest.char_indices().nth(longest.chars().count() * 3 / 4).map_or(longest.len(), |(i, _)| i);
-            longest.truncate(keep);
-            longest.push_str("...");
+            }
             truncated = true;
         }
-        Err(ex_err(format!(
-            "prompt does not fit in {} tokens even with its fields truncated",
-            self.cfg.max_prompt_tokens
-        )))
+        Err(ex_err(crate::render::too_long(self.cfg.max_prompt_tokens)))
     }
 
     /// Runs the model on `tokens` (prefill plus one step) and reads the verdict.

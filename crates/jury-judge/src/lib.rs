@@ -1,28 +1,48 @@
-//! LLM judges through mistral.rs: render a task's prompt with the model's own chat
-//! template, append the forced answer prefix, and read the verdict tokens' probabilities
-//! from the full next-token distribution. The only crate that knows mistralrs.
+//! LLM judges: in process through mistral.rs, or on OpenAI-compatible inference
+//! servers over HTTP. Renders a task's prompt with the model's own chat template,
+//! appends the forced answer prefix, and reads the verdict tokens' probabilities from
+//! the next-token distribution. The only crate that knows mistralrs.
 //!
 //! Invariants:
-//! - probabilities come from our own softmax over the full vocabulary at the last
-//!   position, read by a per-request logits processor (mistral.rs's built-in logprobs
-//!   are log10 and, under greedy sampling, not probabilities; see SPEC.md section 1);
-//! - the exact token sequence is ours (`CompletionTokens`), so it can be compared with
-//!   another engine token for token and hashed into the cache key;
-//! - a local model path that does not exist is an error here, never a hub download.
+//! - in process, probabilities come from our own softmax over the full vocabulary at the
+//!   last position, read by a per-request logits processor (mistral.rs's built-in
+//!   logprobs are log10 and, under greedy sampling, not probabilities; see SPEC.md
+//!   section 1);
+//! - the exact token sequence is ours (`CompletionTokens` in process, a token-id prompt
+//!   to a server with a tokenizer), so it can be compared with another engine token for
+//!   token and hashed into the cache key; both kinds share one truncation rule;
+//! - a server judge's verdict says whether every verdict token was observed (`exact`);
+//! - a local model path that does not exist is an error here, never a hub download;
+//! - an API key is never printed, serialised or put in an error.
 
+mod backend;
+mod chat;
 mod judge;
+mod logprobs;
+mod pool;
+mod render;
+mod server;
 mod template;
 
+pub use backend::{AnyJudge, Prompt};
+pub use chat::{ChatTokenizer, ChatTokenizerError};
 pub use judge::{EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, local_model_dir, verdict_from_logits};
+pub use pool::{ApiKey, PoolConfig, PoolStats, ServerStats, display_url};
+pub use server::{ServerJudge, ServerJudgeConfig, ServerMode};
 pub use template::Template;
 
 use std::path::PathBuf;
+
+/// Version of the rule that turns a server's log-probabilities into a verdict (see
+/// `logprobs`); part of every server judgment's cache key.
+pub const SERVER_EXTRACTION_RULE: &str =
+    "verdict variants: word, ' word', lowercase, ' lowercase' (single tokens, summed); unreturned variants 0 with a bound; v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum JudgeError {
     #[error("{}: prompt template: {reason}", path.display())]
     Template { path: PathBuf, reason: String },
-    #[error("judge `{judge}`: model file {} does not exist (run scripts/fetch-judges.sh?)", path.display())]
+    #[error("judge `{judge}`: model file {} does not exist (run scripts/fetch-judges.sh)", path.display())]
     ModelMissing { judge: String, path: PathBuf },
     #[error("judge `{judge}`: loading the model: {reason}")]
     Load { judge: String, reason: String },
@@ -30,6 +50,13 @@ pub enum JudgeError {
     VerdictToken { judge: String, word: String },
     #[error("judge `{judge}`, example `{example}`: {reason}")]
     Example { judge: String, example: String, reason: String },
+    /// The server refused this example for good (for example a prompt longer than the
+    /// model's context): a missing judgment, not a failed run.
+    #[error("judge `{judge}`, example `{example}`: {reason}")]
+    Rejected { judge: String, example: String, reason: String },
+    /// The judge's servers cannot be used (all down past the patience, key refused).
+    #[error("judge `{judge}`: {reason}")]
+    Servers { judge: String, reason: String },
     #[error("judge `{judge}`: {reason}")]
     Engine { judge: String, reason: String },
 }

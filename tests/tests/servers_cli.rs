@@ -1,0 +1,398 @@
+//! `jury run` with judges on real inference servers (llama.cpp's llama-server and vLLM's
+//! CPU build, installed under `$HOME/.cache` by `scripts/servers/`): exact token
+//! sequences shared with the in-process judge, faults from a proxy, servers and the
+//! program killed mid-run, rejected examples, and API keys that never leak. Needs
+//! `scripts/fetch-judges.sh --small` (CI runs it). The tests take one server set at a
+//! time (a lock): two cores cannot run two sets side by side and stay on time.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::proxy::{Fault, FaultProxy};
+use common::servers::{Server, llama_server, vllm_server};
+use common::{jury, jury_bin, repo_root};
+use serde_json::Value;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn model(rel: &str) -> PathBuf {
+    let p = repo_root().join(rel);
+    assert!(p.exists(), "{} is missing: run scripts/fetch-judges.sh --small", p.display());
+    p
+}
+
+fn qwen_gguf() -> PathBuf {
+    model("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+}
+
+fn qwen_hf() -> PathBuf {
+    model("models/qwen2.5-coder-0.5b-hf")
+}
+
+/// A server judge entry (YAML, indented for `judges:`).
+fn server_judge(name: &str, urls: &[String], extra: &str) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "  - name: {name}\n    server:\n      base_urls: [{}]\n      model: qwen\n      tokenizer: {}\n{extra}",
+        urls.join(", "),
+        qwen_hf().display()
+    )
+}
+
+/// Writes `dir/exp.yaml` over the demo facts (the first `limit`, by seed 3) with the
+/// given judge entries; output in `dir/out`.
+fn experiment(dir: &Path, limit: usize, judges: &str, data: Option<&Path>) -> PathBuf {
+    let root = repo_root();
+    let data = data.map_or(root.join("datasets/demo-facts.csv"), Path::to_owned);
+    let text = format!(
+        "name: servers\n\
+         dataset: {{name: demo-facts, path: {data}, limit: {limit}, seed: 3}}\n\
+         prompt: {prompt}\n\
+         judges:\n{judges}\
+         runtime: {{max_concurrency: 1, prefix_cache: true, max_prompt_tokens: 4096, dump_prompts: true}}\n\
+         output: {out}\n",
+        data = data.display(),
+        prompt = root.join("prompts/demo-facts.yaml").display(),
+        out = dir.join("out").display(),
+    );
+    let p = dir.join("exp.yaml");
+    fs::write(&p, text).unwrap();
+    p
+}
+
+fn lines(p: &Path) -> Vec<String> {
+    fs::read_to_string(p).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+fn manifest(dir: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(dir.join("out/manifest.json")).unwrap()).unwrap()
+}
+
+fn judge_entry(dir: &Path, name: &str) -> Value {
+    manifest(dir)["judges"].as_array().unwrap().iter().find(|j| j["name"] == name).unwrap().clone()
+}
+
+/// `judgments.csv` as (example, judge) -> (p, exact).
+fn judgments(dir: &Path) -> HashMap<(String, String), (Option<f64>, bool)> {
+    let rows = lines(&dir.join("out/judgments.csv"));
+    assert_eq!(rows[0], "example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated,exact");
+    rows[1..]
+        .iter()
+        .map(|r| {
+            let f: Vec<&str> = r.split(',').collect();
+            ((f[0].to_owned(), f[1].to_owned()), (f[2].parse().ok(), f[9] == "true"))
+        })
+        .collect()
+}
+
+/// (judge, example) -> token ids from `prompts.jsonl`.
+fn prompts(dir: &Path) -> HashMap<(String, String), Vec<u64>> {
+    lines(&dir.join("out/prompts.jsonl"))
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let toks = v["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+            ((v["judge"].as_str().unwrap().to_owned(), v["example_id"].as_str().unwrap().to_owned()), toks)
+        })
+        .collect()
+}
+
+fn run_ok(cfg: &Path) -> String {
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "jury run failed: {stderr}");
+    format!("{stdout}{stderr}")
+}
+
+/// Cache lines: each a distinct key (no judgment written twice).
+fn assert_one_line_per_judgment(dir: &Path, n: usize) {
+    let all = lines(&dir.join("out/cache.jsonl"));
+    let keys: HashSet<String> =
+        all.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["key"].as_str().unwrap().to_owned()).collect();
+    assert_eq!((all.len(), keys.len()), (n, n), "one cache line per judgment");
+}
+
+/// The in-process judge and the server judge, on the same model, judge identical token
+/// sequences and agree on P(Yes): the tokenizer directory renders exactly what
+/// mistral.rs renders, and llama-server's log-probabilities are a full softmax.
+#[test]
+fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
+    let _one = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (llama_server(&qwen_gguf(), 1, 2), llama_server(&qwen_gguf(), 1, 2));
+    // A third juror asks the same servers in chat-generate mode (what a hosted API
+    // without prefill gets): no tokenizer, the verdict read after the generated `[[`.
+    let judges = format!(
+        "  - name: local-qwen\n    gguf: {}\n{}  - name: chat-qwen\n    server: {{base_urls: [\"{}\"], model: qwen, mode: chat-generate, top_logprobs: 20}}\n",
+        qwen_gguf().display(),
+        server_judge("server-qwen", &[a.url(), b.url()], "      top_logprobs: 100\n"),
+        a.url()
+    );
+    let n = 24;
+    let cfg = experiment(dir.path(), n, &judges, None);
+    run_ok(&cfg);
+    let j = judgments(dir.path());
+    let toks = prompts(dir.path());
+    let mut close = 0;
+    let ids: Vec<String> = j.keys().filter(|(_, judge)| judge == "local-qwen").map(|(e, _)| e.clone()).collect();
+    assert_eq!(ids.len(), n);
+    for id in &ids {
+        let local = &toks[&("local-qwen".to_owned(), id.clone())];
+        let server = &toks[&("server-qwen".to_owned(), id.clone())];
+        assert_eq!(local, server, "example {id}: the two judges rendered different token sequences");
+        let (pl, ps) = (j[&(id.clone(), "local-qwen".into())].0.unwrap(), j[&(id.clone(), "server-qwen".into())].0.unwrap());
+        if (pl - ps).abs() <= 0.03 {
+            close += 1;
+        }
+    }
+    assert!(close * 10 >= n * 9, "only {close} of {n} examples within 0.03");
+    let m = judge_entry(dir.path(), "server-qwen");
+    let servers = m["server"]["stats"]["servers"].as_array().unwrap();
+    assert!(servers.iter().all(|s| s["ok"].as_u64().unwrap() > 0), "both servers took requests: {servers:?}");
+    assert!(m["exact_share"].as_f64().unwrap() > 0.0, "{m}");
+    assert_eq!(m["server"]["mode"], "tokens");
+    let chat = judge_entry(dir.path(), "chat-qwen");
+    assert_eq!(chat["server"]["mode"], "chat-generate");
+    let judged = j.keys().filter(|(_, judge)| judge == "chat-qwen").count();
+    assert_eq!(judged + chat["failed"].as_u64().unwrap() as usize, n);
+    assert!(judged * 2 >= n, "chat-generate judged only {judged} of {n}");
+}
+
+/// The proxy's 429 / 500 / reset / stall mix gives the clean run's verdicts.
+#[test]
+fn proxy_faults_give_the_clean_runs_verdicts() {
+    let _one = lock();
+    let server = llama_server(&qwen_gguf(), 2, 1);
+    let n = 12;
+    let clean = tempfile::tempdir().unwrap();
+    let extra = "      timeout_s: 3\n      retries: 12\n";
+    run_ok(&experiment(clean.path(), n, &server_judge("q", &[server.url()], extra), None));
+    let stall = Duration::from_secs(5);
+    let proxy = FaultProxy::start(
+        server.port,
+        vec![Fault::Pass, Fault::TooMany, Fault::ServerError, Fault::Pass, Fault::Reset, Fault::Stall(stall)],
+    );
+    let faulty = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{}", proxy.port);
+    run_ok(&experiment(faulty.path(), n, &server_judge("q", &[url], extra), None));
+    assert!(proxy.faults_injected.load(std::sync::atomic::Ordering::SeqCst) >= 4);
+    let (a, b) = (judgments(clean.path()), judgments(faulty.path()));
+    assert_eq!(a.len(), n);
+    assert_eq!(a.keys().collect::<HashSet<_>>(), b.keys().collect::<HashSet<_>>());
+    for (k, (pa, _)) in &a {
+        let pb = b[k].0;
+        assert!((pa.unwrap() - pb.unwrap()).abs() < 1e-3, "{k:?}: {pa:?} clean, {pb:?} through faults");
+    }
+    assert_one_line_per_judgment(faulty.path(), n);
+    assert!(judge_entry(faulty.path(), "q")["server"]["stats"]["retried"].as_u64().unwrap() >= 4);
+    assert_eq!(lines(&faulty.path().join("out/failures.csv")).len(), 1, "no failures");
+}
+
+fn spawn_run(cfg: &Path) -> std::process::Child {
+    Command::new(jury_bin())
+        .args(["run", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for_lines(cache: &Path, at_least: usize, child: &mut std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while lines(cache).len() < at_least {
+        assert!(Instant::now() < deadline, "no progress");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before {at_least} judgments");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// kill -9 of one of two servers mid-run: the run finishes on the other, nothing lost
+/// or duplicated.
+#[test]
+fn killing_one_of_two_servers_mid_run_loses_nothing() {
+    let _one = lock();
+    let (a, mut b) = (llama_server(&qwen_gguf(), 1, 2), llama_server(&qwen_gguf(), 1, 2));
+    let dir = tempfile::tempdir().unwrap();
+    let n = 30;
+    let cfg = experiment(dir.path(), n, &server_judge("q", &[a.url(), b.url()], "      timeout_s: 30\n"), None);
+    let mut child = spawn_run(&cfg);
+    wait_for_lines(&dir.path().join("out/cache.jsonl"), 6, &mut child);
+    b.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(judgments(dir.path()).len(), n);
+    assert_one_line_per_judgment(dir.path(), n);
+    let m = judge_entry(dir.path(), "q");
+    let servers = m["server"]["stats"]["servers"].as_array().unwrap().clone();
+    assert!(servers[1]["times_set_aside"].as_u64().unwrap() >= 1, "{servers:?}");
+    assert_eq!(lines(&dir.path().join("out/failures.csv")).len(), 1);
+    drop(a);
+}
+
+/// kill -9 of jury mid-run, then a rerun: nothing redone, nothing duplicated.
+#[test]
+fn killed_run_against_a_server_resumes_without_redoing() {
+    let _one = lock();
+    let server = llama_server(&qwen_gguf(), 2, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let n = 20;
+    let cfg = experiment(dir.path(), n, &server_judge("q", &[server.url()], ""), None);
+    let cache = dir.path().join("out/cache.jsonl");
+    let mut child = spawn_run(&cfg);
+    wait_for_lines(&cache, 5, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let done = fs::read_to_string(&cache).unwrap_or_default().matches('\n').count();
+    run_ok(&cfg);
+    let m = judge_entry(dir.path(), "q");
+    let (scored, cached) = (m["scored"].as_u64().unwrap() as usize, m["from_cache"].as_u64().unwrap() as usize);
+    assert_eq!(scored + cached, n);
+    assert!(cached >= done.min(n), "re-scored finished work: {cached} from cache, {done} done");
+    assert_one_line_per_judgment(dir.path(), n);
+}
+
+/// Every server gone past the patience: one line naming the judge and its server, exit
+/// 2, finished judgments kept in the cache.
+#[test]
+fn all_servers_down_stops_with_one_line_and_keeps_the_cache() {
+    let _one = lock();
+    let mut server: Server = llama_server(&qwen_gguf(), 2, 1);
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = experiment(dir.path(), 30, &server_judge("q", std::slice::from_ref(&url), "      patience_s: 3\n"), None);
+    let cache = dir.path().join("out/cache.jsonl");
+    let mut child = spawn_run(&cfg);
+    wait_for_lines(&cache, 3, &mut child);
+    server.kill();
+    let done = lines(&cache).len();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let last = stderr.lines().filter(|l| l.starts_with("error:")).collect::<Vec<_>>();
+    assert_eq!(last.len(), 1, "{stderr}");
+    assert!(last[0].contains("judge `q`") && last[0].contains(&url), "{}", last[0]);
+    assert!(lines(&cache).len() >= done, "finished judgments stay in the cache");
+}
+
+/// An example longer than the server's context is rejected (HTTP 400): a missing
+/// judgment listed in failures.csv, not a failed run.
+#[test]
+fn an_example_the_server_rejects_is_a_failure_row() {
+    let _one = lock();
+    let server = llama_server(&qwen_gguf(), 2, 1); // context 4096 tokens
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("facts.csv");
+    let long = "The sky is green. ".repeat(1200); // about 6,000 tokens
+    fs::write(&data, format!("id,statement,label\nok1,Water is wet.,true\nlong,{long},false\nok2,Fire is cold.,false\n"))
+        .unwrap();
+    let cfg = experiment(dir.path(), 3, &server_judge("q", &[server.url()], ""), Some(&data));
+    // The tokenizer would truncate to max_prompt_tokens; allow the long prompt through.
+    let text = fs::read_to_string(&cfg).unwrap().replace("max_prompt_tokens: 4096", "max_prompt_tokens: 10000");
+    fs::write(&cfg, text).unwrap();
+    run_ok(&cfg);
+    let fails = lines(&dir.path().join("out/failures.csv"));
+    assert_eq!(fails.len(), 2, "{fails:?}");
+    assert!(fails[1].starts_with("long,q,") && fails[1].contains("400"), "{}", fails[1]);
+    let j = judgments(dir.path());
+    assert_eq!(j.len(), 2);
+    assert!(!j.contains_key(&("long".to_owned(), "q".to_owned())));
+}
+
+/// The API key reaches the server (llama-server checks it) and appears in no file,
+/// no output and no error.
+#[test]
+fn api_keys_never_leak() {
+    let _one = lock();
+    let secret = "sk-jury-test-7f3a9c1e5b";
+    let bin_server = {
+        // llama-server with --api-key: started by hand here (the helper starts it open).
+        let bin = Command::new(repo_root().join("scripts/servers/install-llama-server.sh")).output().unwrap();
+        let bin = String::from_utf8_lossy(&bin.stdout).lines().last().unwrap().trim().to_owned();
+        let port = common::servers::free_port();
+        let child = Command::new(bin)
+            .args(["-m", &qwen_gguf().to_string_lossy(), "-t", "2", "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["-fa", "off", "--api-key", secret])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let s = Server { port, child, name: "llama-server --api-key" };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !matches!(common::servers::http_get(port, "/health"), Some((200, _))) {
+            assert!(Instant::now() < deadline, "llama-server with a key did not start");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        s
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let judges = server_judge("q", &[bin_server.url()], "      api_key_env: JURY_TEST_KEY\n");
+    let cfg = experiment(dir.path(), 3, &judges, None);
+    let out = Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).env("JURY_TEST_KEY", secret).output().unwrap();
+    let mut seen = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{seen}");
+    let wrong =
+        Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).env("JURY_TEST_KEY", "sk-wrong-1234").output().unwrap();
+    let wrong_err = String::from_utf8_lossy(&wrong.stderr).into_owned();
+    assert_eq!(wrong.status.code(), Some(2), "a refused key stops the run: {wrong_err}");
+    assert!(wrong_err.contains("judge `q`") && !wrong_err.contains("sk-wrong"), "{wrong_err}");
+    seen.push_str(&wrong_err);
+    for entry in fs::read_dir(dir.path().join("out")).unwrap() {
+        let p = entry.unwrap().path();
+        seen.push_str(&String::from_utf8_lossy(&fs::read(&p).unwrap()));
+    }
+    assert!(!seen.contains(secret), "the API key leaked");
+    assert!(fs::read_to_string(dir.path().join("out/config.resolved.yaml")).unwrap().contains("JURY_TEST_KEY"));
+}
+
+/// vLLM (CPU build) serving the same model: exact verdict log-probabilities by token id
+/// (`logprob_token_ids`), in agreement with the in-process judge on identical tokens.
+#[test]
+fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
+    let _one = lock();
+    let server = vllm_server(&qwen_hf(), "qwen");
+    let dir = tempfile::tempdir().unwrap();
+    // A third juror asks vLLM in chat-prefill mode (no tokenizer: vLLM renders the chat
+    // and continues the assistant turn from the answer prefix).
+    let judges = format!(
+        "  - name: local-qwen\n    gguf: {}\n{}  - name: vllm-chat\n    server: {{base_urls: [\"{}\"], model: qwen}}\n",
+        qwen_gguf().display(),
+        server_judge("vllm-qwen", &[server.url()], "      max_in_flight: 2\n"),
+        server.url()
+    );
+    let n = 12;
+    run_ok(&experiment(dir.path(), n, &judges, None));
+    let j = judgments(dir.path());
+    let toks = prompts(dir.path());
+    let mut close = 0;
+    for ((id, judge), (p, exact)) in &j {
+        if judge != "vllm-qwen" {
+            continue;
+        }
+        assert!(*exact, "{id}: vLLM returns the named ids' log-probabilities");
+        assert_eq!(toks[&("local-qwen".to_owned(), id.clone())], toks[&("vllm-qwen".to_owned(), id.clone())]);
+        if (p.unwrap() - j[&(id.clone(), "local-qwen".into())].0.unwrap()).abs() <= 0.03 {
+            close += 1;
+        }
+    }
+    assert!(close * 10 >= n * 9, "only {close} of {n} within 0.03");
+    assert_eq!(judge_entry(dir.path(), "vllm-qwen")["exact_share"].as_f64(), Some(1.0));
+    let chat = judge_entry(dir.path(), "vllm-chat");
+    assert_eq!((chat["server"]["mode"].as_str(), chat["failed"].as_u64()), (Some("chat-prefill"), Some(0)));
+    let near = j
+        .iter()
+        .filter(|((id, judge), (p, _))| {
+            judge == "vllm-chat" && (p.unwrap() - j[&(id.clone(), "local-qwen".to_owned())].0.unwrap()).abs() <= 0.05
+        })
+        .count();
+    assert!(near * 10 >= n * 8, "chat-prefill: only {near} of {n} within 0.05 of the in-process judge");
+}
