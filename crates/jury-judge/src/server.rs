@@ -248,7 +248,7 @@ impl ServerJudge {
             ServerMode::Tokens => ServerPrompt::Tokens(self.prefix.clone()),
             _ => ServerPrompt::Chat { system: "probe".into(), user: "Say Yes.".into() },
         };
-        self.ask(&prompt).await.map(|_| ()).map_err(|e| match e {
+        self.request("probe", &prompt).await.map(|_| ()).map_err(|e| match e {
             JudgeError::Rejected { reason, .. } | JudgeError::Example { reason, .. } => {
                 self.load_err(format!("the probe request failed: {reason}"))
             }
@@ -372,11 +372,8 @@ impl ServerJudge {
         }
     }
 
-    async fn ask(&self, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
-        self.ask_example("probe", prompt).await
-    }
-
-    async fn ask_example(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
+    /// Sends one prompt and returns the first choice's `logprobs`.
+    async fn request(&self, example: &str, prompt: &ServerPrompt) -> Result<serde_json::Value, JudgeError> {
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
         let (path, body) = self.request_body(prompt);
@@ -390,13 +387,22 @@ impl ServerJudge {
             }
             PoolError::GaveUp { .. } => ex_err(e.to_string()),
         })?;
-        let v: serde_json::Value =
+        let mut v: serde_json::Value =
             serde_json::from_slice(&resp).map_err(|e| ex_err(format!("the server's answer is not JSON: {e}")))?;
-        let choice = v.get("choices").and_then(|c| c.get(0)).ok_or_else(|| ex_err("the answer has no choices".into()))?;
-        let logprobs = choice
-            .get("logprobs")
+        let logprobs = v
+            .get_mut("choices")
+            .and_then(|c| c.get_mut(0))
+            .ok_or_else(|| ex_err("the answer has no choices".into()))?
+            .get_mut("logprobs")
             .filter(|l| !l.is_null())
             .ok_or_else(|| ex_err("the answer has no logprobs (does the server return them?)".into()))?;
+        Ok(logprobs.take())
+    }
+
+    async fn ask_example(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
+        let logprobs = &self.request(example, prompt).await?;
         let pos = match self.mode {
             ServerMode::ChatGenerate => self.position_after_prefix(logprobs).ok_or_else(|| {
                 ex_err(format!("the generated text never reached the answer prefix `{}`", self.template.answer_prefix))

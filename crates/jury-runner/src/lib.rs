@@ -276,14 +276,15 @@ pub struct JurorOutcome {
     pub info: JurorInfo,
 }
 
-async fn load_and_run(
-    juror: Juror,
-    examples: Arc<Vec<Example>>,
-    cache: Arc<Mutex<Cache<Verdict>>>,
-    keep_tokens: bool,
-    bar: ProgressBar,
-) -> Result<JurorOutcome, RunError> {
-    style(&bar, &juror.name);
+/// A juror ready to judge: the loaded judge, its model hash (in process) and load time.
+struct Loaded {
+    judge: AnyJudge,
+    model_sha256: String,
+    load_seconds: f64,
+}
+
+async fn load(juror: Juror, bar: &ProgressBar) -> Result<Loaded, RunError> {
+    style(bar, &juror.name);
     bar.set_message("loading");
     let load_start = Instant::now();
     let (judge, model_sha256) = match juror.spec {
@@ -304,8 +305,18 @@ async fn load_and_run(
             (AnyJudge::Server(ServerJudge::load(cfg, juror.template, tokenizer_sha256).await?), String::new())
         }
     };
-    let load_seconds = load_start.elapsed().as_secs_f64();
     bar.set_message("");
+    Ok(Loaded { judge, model_sha256, load_seconds: load_start.elapsed().as_secs_f64() })
+}
+
+async fn run_loaded(
+    loaded: Loaded,
+    examples: Arc<Vec<Example>>,
+    cache: Arc<Mutex<Cache<Verdict>>>,
+    keep_tokens: bool,
+    bar: ProgressBar,
+) -> Result<JurorOutcome, RunError> {
+    let Loaded { judge, model_sha256, load_seconds } = loaded;
     let results = run_judge(&judge, &model_sha256, &examples, &cache, keep_tokens, &bar).await?;
     let info = match &judge {
         AnyJudge::Local(j) => {
@@ -335,6 +346,8 @@ async fn load_and_run(
 
 /// Runs every juror over `examples`, all at the same time: each server judge in its own
 /// task, the in-process judges one after another in one task (one model in memory).
+/// Server judges load first (model list and a probe request on every server, seconds),
+/// so a wrong address, model name or key stops the run before any model loads.
 /// Returns the outcomes in the jurors' order; the first error stops every task (what
 /// finished is in the cache).
 pub async fn run_jury(
@@ -345,26 +358,36 @@ pub async fn run_jury(
     bars: &MultiProgress,
 ) -> Result<Vec<JurorOutcome>, RunError> {
     let n = jurors.len();
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut servers = Vec::new();
     let mut locals = Vec::new();
     for (i, juror) in jurors.into_iter().enumerate() {
         let bar = bars.add(ProgressBar::new(examples.len() as u64));
         match juror.spec {
-            JudgeSpec::Server { .. } => {
-                let (examples, cache) = (examples.clone(), cache.clone());
-                tasks.spawn(async move {
-                    load_and_run(juror, examples, cache, keep_tokens, bar).await.map(|o| vec![(i, o)])
-                });
-            }
+            JudgeSpec::Server { .. } => servers.push((i, juror, bar)),
             JudgeSpec::Local { .. } => locals.push((i, juror, bar)),
         }
+    }
+    let loads = futures::future::join_all(servers.into_iter().map(|(i, juror, bar)| async move {
+        let loaded = load(juror, &bar).await;
+        (i, loaded, bar)
+    }))
+    .await;
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut ready = Vec::new();
+    for (i, loaded, bar) in loads {
+        ready.push((i, loaded?, bar));
+    }
+    for (i, loaded, bar) in ready {
+        let (examples, cache) = (examples.clone(), cache.clone());
+        tasks.spawn(async move { run_loaded(loaded, examples, cache, keep_tokens, bar).await.map(|o| vec![(i, o)]) });
     }
     if !locals.is_empty() {
         let (examples, cache) = (examples.clone(), cache.clone());
         tasks.spawn(async move {
             let mut done = Vec::new();
             for (i, juror, bar) in locals {
-                done.push((i, load_and_run(juror, examples.clone(), cache.clone(), keep_tokens, bar).await?));
+                let loaded = load(juror, &bar).await?;
+                done.push((i, run_loaded(loaded, examples.clone(), cache.clone(), keep_tokens, bar).await?));
             }
             Ok(done)
         });
