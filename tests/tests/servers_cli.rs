@@ -362,9 +362,11 @@ fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
     let server = vllm_server(&qwen_hf(), "qwen");
     let dir = tempfile::tempdir().unwrap();
     // A third juror asks vLLM in chat-prefill mode (no tokenizer: vLLM renders the chat
-    // and continues the assistant turn from the answer prefix).
+    // and continues the assistant turn from the answer prefix). Sharing a batch with the
+    // tokens-mode juror's `logprob_token_ids` requests, vLLM 0.32 answers it with
+    // placeholder log-probabilities; the judge asks again (many retries here).
     let judges = format!(
-        "  - name: local-qwen\n    gguf: {}\n{}  - name: vllm-chat\n    server: {{base_urls: [\"{}\"], model: qwen}}\n",
+        "  - name: local-qwen\n    gguf: {}\n{}  - name: vllm-chat\n    server: {{base_urls: [\"{}\"], model: qwen, retries: 40}}\n",
         qwen_gguf().display(),
         server_judge("vllm-qwen", &[server.url()], "      max_in_flight: 2\n"),
         server.url()

@@ -291,7 +291,13 @@ impl Pool {
         }
     }
 
-    fn backoff(&self, attempt: u32) -> Duration {
+    /// Counts a retry decided above the HTTP layer (an unusable answer asked again).
+    pub fn note_retry(&self) {
+        self.retried.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The wait before retry number `attempt + 1`: exponential, capped, with jitter.
+    pub fn backoff(&self, attempt: u32) -> Duration {
         let base = self.cfg.backoff.saturating_mul(1u32 << attempt.min(16)).min(self.cfg.backoff_max);
         base.mul_f64(0.5 + 0.5 * rand::random::<f64>())
     }

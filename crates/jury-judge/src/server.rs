@@ -372,8 +372,30 @@ impl ServerJudge {
         }
     }
 
-    /// Sends one prompt and returns the first choice's `logprobs`.
+    /// Sends one prompt and returns the first choice's `logprobs`. An answer whose
+    /// log-probabilities hold vLLM's placeholder (see [`is_degraded`]) is asked again
+    /// after a backoff, up to `retries` times.
     async fn request(&self, example: &str, prompt: &ServerPrompt) -> Result<serde_json::Value, JudgeError> {
+        let mut degraded = 0;
+        loop {
+            let logprobs = self.request_once(example, prompt).await?;
+            if !is_degraded(&logprobs) {
+                return Ok(logprobs);
+            }
+            degraded += 1;
+            self.pool.note_retry();
+            if degraded > self.cfg.pool.retries {
+                return Err(JudgeError::Example {
+                    judge: self.cfg.name.clone(),
+                    example: example.to_owned(),
+                    reason: format!("{degraded} answers in a row had placeholder log-probabilities (-9999)"),
+                });
+            }
+            tokio::time::sleep(self.pool.backoff(degraded - 1)).await;
+        }
+    }
+
+    async fn request_once(&self, example: &str, prompt: &ServerPrompt) -> Result<serde_json::Value, JudgeError> {
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
         let (path, body) = self.request_body(prompt);
@@ -444,6 +466,35 @@ impl ServerJudge {
     /// Judges one rendered prompt.
     pub async fn score(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
         self.ask_example(example, prompt).await
+    }
+}
+
+/// Whether an answer's log-probabilities hold vLLM's placeholder entry (log-probability
+/// -9999). vLLM 0.32 (CPU build, seen here) fills the top list of a request with
+/// placeholders when it shares a batch with a request that names
+/// `logprob_token_ids`: such an answer carries no information about the verdict tokens.
+/// (Every other number in a `logprobs` object, offsets and bytes, is non-negative.)
+fn is_degraded(logprobs: &serde_json::Value) -> bool {
+    match logprobs {
+        serde_json::Value::Object(m) => m.values().any(is_degraded),
+        serde_json::Value::Array(a) => a.iter().any(is_degraded),
+        v => v.as_f64().is_some_and(|x| x <= -9999.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholder_log_probabilities_are_recognised() {
+        let bad = json!({"content": [{"token": "No", "logprob": -0.34, "bytes": [78, 111],
+            "top_logprobs": [{"token": "No", "logprob": -0.34}, {"token": "!", "logprob": -9999.0}]}]});
+        let good = json!({"content": [{"token": "No", "logprob": -0.34, "bytes": [78, 111],
+            "top_logprobs": [{"token": "No", "logprob": -0.34}, {"token": "Yes", "logprob": -1.27}]}]});
+        let legacy_bad = json!({"text_offset": [0], "top_logprobs": [{"token_id:3": -0.1, "token_id:0": -9999.0}]});
+        assert!(is_degraded(&bad) && is_degraded(&legacy_bad));
+        assert!(!is_degraded(&good));
     }
 }
 
