@@ -131,11 +131,17 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (llama_server(&qwen_gguf(), 1, 2), llama_server(&qwen_gguf(), 1, 2));
     // A third juror asks the same servers in chat-generate mode (what a hosted API
-    // without prefill gets): no tokenizer, the verdict read after the generated `[[`.
+    // without prefill gets): no tokenizer, the verdict read after the generated `[[`;
+    // it has a prompt of its own (a variant of the experiment's).
+    let variant = dir.path().join("variant.yaml");
+    let base = fs::read_to_string(repo_root().join("prompts/demo-facts.yaml")).unwrap();
+    fs::write(&variant, base.replace("You are a careful fact checker.", "You check facts for an encyclopedia."))
+        .unwrap();
     let judges = format!(
-        "  - name: local-qwen\n    gguf: {}\n{}  - name: chat-qwen\n    server: {{base_urls: [\"{}\"], model: qwen, mode: chat-generate, top_logprobs: 20}}\n",
+        "  - name: local-qwen\n    gguf: {}\n{}  - name: chat-qwen\n    prompt: {}\n    server: {{base_urls: [\"{}\"], model: qwen, mode: chat-generate, top_logprobs: 20}}\n",
         qwen_gguf().display(),
         server_judge("server-qwen", &[a.url(), b.url()], "      top_logprobs: 100\n"),
+        variant.display(),
         a.url()
     );
     let n = 24;
@@ -150,7 +156,8 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
         let local = &toks[&("local-qwen".to_owned(), id.clone())];
         let server = &toks[&("server-qwen".to_owned(), id.clone())];
         assert_eq!(local, server, "example {id}: the two judges rendered different token sequences");
-        let (pl, ps) = (j[&(id.clone(), "local-qwen".into())].0.unwrap(), j[&(id.clone(), "server-qwen".into())].0.unwrap());
+        let (pl, ps) =
+            (j[&(id.clone(), "local-qwen".into())].0.unwrap(), j[&(id.clone(), "server-qwen".into())].0.unwrap());
         if (pl - ps).abs() <= 0.03 {
             close += 1;
         }
@@ -163,6 +170,8 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     assert_eq!(m["server"]["mode"], "tokens");
     let chat = judge_entry(dir.path(), "chat-qwen");
     assert_eq!(chat["server"]["mode"], "chat-generate");
+    assert_eq!(chat["template"]["path"].as_str(), variant.to_str(), "the juror's own prompt");
+    assert!(m["template"].is_null(), "a juror without `prompt` uses the experiment's");
     let judged = j.keys().filter(|(_, judge)| judge == "chat-qwen").count();
     assert_eq!(judged + chat["failed"].as_u64().unwrap() as usize, n);
     assert!(judged * 2 >= n, "chat-generate judged only {judged} of {n}");
@@ -293,8 +302,11 @@ fn an_example_the_server_rejects_is_a_failure_row() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("facts.csv");
     let long = "The sky is green. ".repeat(1200); // about 6,000 tokens
-    fs::write(&data, format!("id,statement,label\nok1,Water is wet.,true\nlong,{long},false\nok2,Fire is cold.,false\n"))
-        .unwrap();
+    fs::write(
+        &data,
+        format!("id,statement,label\nok1,Water is wet.,true\nlong,{long},false\nok2,Fire is cold.,false\n"),
+    )
+    .unwrap();
     let cfg = experiment(dir.path(), 3, &server_judge("q", &[server.url()], ""), Some(&data));
     // The tokenizer would truncate to max_prompt_tokens; allow the long prompt through.
     let text = fs::read_to_string(&cfg).unwrap().replace("max_prompt_tokens: 4096", "max_prompt_tokens: 10000");
@@ -337,11 +349,15 @@ fn api_keys_never_leak() {
     let dir = tempfile::tempdir().unwrap();
     let judges = server_judge("q", &[bin_server.url()], "      api_key_env: JURY_TEST_KEY\n");
     let cfg = experiment(dir.path(), 3, &judges, None);
-    let out = Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).env("JURY_TEST_KEY", secret).output().unwrap();
+    let out =
+        Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).env("JURY_TEST_KEY", secret).output().unwrap();
     let mut seen = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{seen}");
-    let wrong =
-        Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).env("JURY_TEST_KEY", "sk-wrong-1234").output().unwrap();
+    let wrong = Command::new(jury_bin())
+        .args(["run", cfg.to_str().unwrap()])
+        .env("JURY_TEST_KEY", "sk-wrong-1234")
+        .output()
+        .unwrap();
     let wrong_err = String::from_utf8_lossy(&wrong.stderr).into_owned();
     assert_eq!(wrong.status.code(), Some(2), "a refused key stops the run: {wrong_err}");
     assert!(wrong_err.contains("judge `q`") && !wrong_err.contains("sk-wrong"), "{wrong_err}");

@@ -60,7 +60,7 @@ impl LlmEvaluation {
             max_concurrency: 1,
             tokenizer: None,
         };
-        let judge = AnyJudge::Local(rt.block_on(Judge::load(judge_cfg, template))?);
+        let judge = AnyJudge::Local(Box::new(rt.block_on(Judge::load(judge_cfg, template))?));
         if let Some(dir) = cfg.cache.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }

@@ -210,7 +210,10 @@ fn read_experiment(path: &Path) -> Result<Experiment> {
         }
         if let Some(dir) = &j.tokenizer {
             if j.gguf.is_none() {
-                return Err(at("`tokenizer` goes with `gguf` (a model directory has its own; a server's goes under `server`)".into()));
+                return Err(at(
+                    "`tokenizer` goes with `gguf` (a model directory has its own; a server's goes under `server`)"
+                        .into(),
+                ));
             }
             if !dir.join("tokenizer.json").is_file() {
                 return Err(at(format!(
@@ -439,7 +442,8 @@ pub fn run(exp: Experiment) -> Result<()> {
             }
         }
         for f in &results.failures {
-            let _ = writeln!(failures_csv, "{},{},{}", csv_field(&f.example_id), csv_field(&f.judge), csv_field(&f.reason));
+            let _ =
+                writeln!(failures_csv, "{},{},{}", csv_field(&f.example_id), csv_field(&f.judge), csv_field(&f.reason));
         }
         let mut v = results.verdicts;
         if exp.dataset.both_orders {

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use crate::server::{ServerJudge, ServerPrompt};
 use crate::{EXTRACTION_RULE, Judge, JudgeError, Template, Verdict};
 
-/// A judge of either kind.
+/// A judge of either kind (boxed: both are a few hundred bytes, moved between tasks).
 pub enum AnyJudge {
-    Local(Judge),
-    Server(ServerJudge),
+    Local(Box<Judge>),
+    Server(Box<ServerJudge>),
 }
 
 /// A rendered prompt of either kind of judge.
@@ -86,11 +86,7 @@ impl AnyJudge {
         }
     }
 
-    pub async fn render(
-        &self,
-        example: &str,
-        fields: &BTreeMap<String, String>,
-    ) -> Result<(Prompt, bool), JudgeError> {
+    pub async fn render(&self, example: &str, fields: &BTreeMap<String, String>) -> Result<(Prompt, bool), JudgeError> {
         match self {
             AnyJudge::Local(j) => j.render(example, fields).await.map(|(t, cut)| (Prompt::Tokens(t), cut)),
             AnyJudge::Server(j) => j.render(example, fields).await.map(|(p, cut)| {

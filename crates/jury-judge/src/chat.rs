@@ -92,10 +92,8 @@ impl ChatTokenizer {
             Ok(chrono::Utc::now().format(&fmt).to_string())
         });
         let tmpl = env.get_template("chat").map_err(|e| format!("chat template: {e}"))?;
-        let messages = vec![
-            context! { role => "system", content => system },
-            context! { role => "user", content => user },
-        ];
+        let messages =
+            vec![context! { role => "system", content => system }, context! { role => "user", content => user }];
         tmpl.render(context! {
             messages => messages,
             add_generation_prompt => true,

@@ -35,8 +35,7 @@ use std::path::PathBuf;
 
 /// Version of the rule that turns a server's log-probabilities into a verdict (see
 /// `logprobs`); part of every server judgment's cache key.
-pub const SERVER_EXTRACTION_RULE: &str =
-    "verdict variants: word, ' word', lowercase, ' lowercase' (single tokens, summed); unreturned variants 0 with a bound; v1";
+pub const SERVER_EXTRACTION_RULE: &str = "verdict variants: word, ' word', lowercase, ' lowercase' (single tokens, summed); unreturned variants 0 with a bound; v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum JudgeError {

@@ -132,7 +132,7 @@ pub fn verdict_from_candidates(
         n_tokens: 0,
         truncated: false,
         exact: missing == 0,
-        unobserved_bound: (missing > 0).then(|| missing as f64 * floor),
+        unobserved_bound: (missing > 0).then_some(missing as f64 * floor),
     }
 }
 
@@ -148,7 +148,8 @@ mod tests {
                         "top_logprobs": [{"token_id:9454": -0.5, "token_id:2753": -1.2, "token_id:9693": -6.0,
                                           "token_id:2308": -7.0}]});
         let c = candidates_at(&lp, 0).unwrap();
-        let v = verdict_from_candidates(&c, &VariantSet::Ids(vec![9454, 9693]), &VariantSet::Ids(vec![2753, 2308]), None);
+        let v =
+            verdict_from_candidates(&c, &VariantSet::Ids(vec![9454, 9693]), &VariantSet::Ids(vec![2753, 2308]), None);
         let (py, pn) = ((-0.5f64).exp() + (-6f64).exp(), (-1.2f64).exp() + (-7f64).exp());
         assert!((v.p_positive - py).abs() < 1e-12 && (v.p_negative - pn).abs() < 1e-12);
         assert!((v.y.unwrap() - py / (py + pn)).abs() < 1e-12);

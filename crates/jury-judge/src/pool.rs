@@ -132,9 +132,20 @@ pub struct PoolStats {
 enum Outcome {
     Body(Vec<u8>),
     /// Retry elsewhere or later; `server_fault` counts toward setting the server aside.
-    Transient { reason: String, server_fault: bool, refused: bool, retry_after: Option<Duration> },
-    Rejected { status: u16, reason: String },
-    Auth { status: u16, reason: String },
+    Transient {
+        reason: String,
+        server_fault: bool,
+        refused: bool,
+        retry_after: Option<Duration>,
+    },
+    Rejected {
+        status: u16,
+        reason: String,
+    },
+    Auth {
+        status: u16,
+        reason: String,
+    },
 }
 
 /// The replicas of one judge.
@@ -270,13 +281,14 @@ impl Pool {
             for (i, _) in order {
                 let s = &self.servers[i];
                 if let Ok(permit) = s.slots.clone().try_acquire_owned() {
-                    if let Ok(mut h) = s.health.lock() {
-                        if h.aside_until.is_some() {
-                            if h.probing {
-                                continue;
-                            }
-                            h.probing = true;
+                    // A server set aside takes one probe at a time.
+                    if let Ok(mut h) = s.health.lock()
+                        && h.aside_until.is_some()
+                    {
+                        if h.probing {
+                            continue;
                         }
+                        h.probing = true;
                     }
                     return Ok((i, Slot { _permit: permit, changed: &self.changed }));
                 }
@@ -284,7 +296,10 @@ impl Pool {
             if all_down && let Some(since) = all_down_since {
                 let down_for = now.duration_since(since);
                 if down_for >= self.cfg.patience {
-                    return Err(PoolError::AllDown { servers: self.urls().join(", "), seconds: down_for.as_secs_f64() });
+                    return Err(PoolError::AllDown {
+                        servers: self.urls().join(", "),
+                        seconds: down_for.as_secs_f64(),
+                    });
                 }
             }
             let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;

@@ -115,7 +115,8 @@ impl ServerJudge {
         tokenizer_sha256: Option<String>,
     ) -> Result<Self, JudgeError> {
         let err = |reason: String| JudgeError::Load { judge: cfg.name.clone(), reason };
-        let mode = cfg.mode.unwrap_or(if cfg.tokenizer.is_some() { ServerMode::Tokens } else { ServerMode::ChatPrefill });
+        let mode =
+            cfg.mode.unwrap_or(if cfg.tokenizer.is_some() { ServerMode::Tokens } else { ServerMode::ChatPrefill });
         if mode == ServerMode::Tokens && cfg.tokenizer.is_none() {
             return Err(err("mode `tokens` needs a `tokenizer` directory".into()));
         }
@@ -147,7 +148,12 @@ impl ServerJudge {
                     Ok(VariantSet::Ids(ids))
                 };
                 let tie = template.tie.as_deref().map(ids).transpose()?;
-                (tok.encode_text(&template.answer_prefix).map_err(err)?, ids(&template.positive)?, ids(&template.negative)?, tie)
+                (
+                    tok.encode_text(&template.answer_prefix).map_err(err)?,
+                    ids(&template.positive)?,
+                    ids(&template.negative)?,
+                    tie,
+                )
             }
             None => {
                 let texts = |w: &str| {
@@ -197,7 +203,8 @@ impl ServerJudge {
                 }
             };
             reached += 1;
-            let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| self.load_err(format!("/models: not JSON: {e}")))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|e| self.load_err(format!("/models: not JSON: {e}")))?;
             let data = v.get("data").and_then(|d| d.as_array()).cloned().unwrap_or_default();
             let entry = data
                 .iter()
@@ -205,11 +212,7 @@ impl ServerJudge {
                 .or_else(|| (data.len() == 1).then(|| &data[0]));
             let Some(entry) = entry else {
                 let ids: Vec<&str> = data.iter().filter_map(|m| m.get("id")?.as_str()).collect();
-                return Err(self.load_err(format!(
-                    "{} serves {ids:?}, not `{}`",
-                    self.pool.urls()[i],
-                    self.cfg.model
-                )));
+                return Err(self.load_err(format!("{} serves {ids:?}, not `{}`", self.pool.urls()[i], self.cfg.model)));
             };
             let text = |k: &str| entry.get(k).and_then(|x| x.as_str()).unwrap_or("").to_owned();
             let root = if text("root").is_empty() { text("id") } else { text("root") };
@@ -352,7 +355,8 @@ impl ServerJudge {
                 (format!("{}/completions", self.api), body)
             }
             (mode, ServerPrompt::Chat { system, user }) => {
-                let mut messages = vec![json!({"role": "system", "content": system}), json!({"role": "user", "content": user})];
+                let mut messages =
+                    vec![json!({"role": "system", "content": system}), json!({"role": "user", "content": user})];
                 let mut body = json!({
                     "model": self.cfg.model, "temperature": 0.0, "logprobs": true, "top_logprobs": k,
                     "max_tokens": if mode == ServerMode::ChatGenerate { GENERATE_TOKENS } else { 1 },
@@ -401,9 +405,11 @@ impl ServerJudge {
         let (path, body) = self.request_body(prompt);
         let bytes = serde_json::to_vec(&body).map_err(|e| ex_err(e.to_string()))?;
         let resp = self.pool.post(&path, &bytes).await.map_err(|e| match e {
-            PoolError::Rejected { .. } => {
-                JudgeError::Rejected { judge: self.cfg.name.clone(), example: example.to_owned(), reason: e.to_string() }
-            }
+            PoolError::Rejected { .. } => JudgeError::Rejected {
+                judge: self.cfg.name.clone(),
+                example: example.to_owned(),
+                reason: e.to_string(),
+            },
             PoolError::AllDown { .. } | PoolError::Auth { .. } => {
                 JudgeError::Servers { judge: self.cfg.name.clone(), reason: e.to_string() }
             }
@@ -431,7 +437,8 @@ impl ServerJudge {
             })?,
             _ => 0,
         };
-        let cands = candidates_at(logprobs, pos).ok_or_else(|| ex_err("no log-probabilities at the verdict position".into()))?;
+        let cands = candidates_at(logprobs, pos)
+            .ok_or_else(|| ex_err("no log-probabilities at the verdict position".into()))?;
         let mut verdict = verdict_from_candidates(&cands, &self.positive, &self.negative, self.tie.as_ref());
         if let ServerPrompt::Tokens(t) = prompt {
             verdict.n_tokens = t.len();
@@ -446,12 +453,7 @@ impl ServerJudge {
         let marker = marker.split_whitespace().last().unwrap_or(marker);
         let tokens: Vec<String> = match logprobs.get("content").and_then(|c| c.as_array()) {
             Some(c) => c.iter().map(|e| e.get("token").and_then(|t| t.as_str()).unwrap_or("").to_owned()).collect(),
-            None => logprobs
-                .get("tokens")?
-                .as_array()?
-                .iter()
-                .map(|t| t.as_str().unwrap_or("").to_owned())
-                .collect(),
+            None => logprobs.get("tokens")?.as_array()?.iter().map(|t| t.as_str().unwrap_or("").to_owned()).collect(),
         };
         let mut text = String::new();
         for (i, t) in tokens.iter().enumerate() {
@@ -482,22 +484,6 @@ fn is_degraded(logprobs: &serde_json::Value) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn placeholder_log_probabilities_are_recognised() {
-        let bad = json!({"content": [{"token": "No", "logprob": -0.34, "bytes": [78, 111],
-            "top_logprobs": [{"token": "No", "logprob": -0.34}, {"token": "!", "logprob": -9999.0}]}]});
-        let good = json!({"content": [{"token": "No", "logprob": -0.34, "bytes": [78, 111],
-            "top_logprobs": [{"token": "No", "logprob": -0.34}, {"token": "Yes", "logprob": -1.27}]}]});
-        let legacy_bad = json!({"text_offset": [0], "top_logprobs": [{"token_id:3": -0.1, "token_id:0": -9999.0}]});
-        assert!(is_degraded(&bad) && is_degraded(&legacy_bad));
-        assert!(!is_degraded(&good));
-    }
-}
-
 impl Default for ServerJudgeConfig {
     fn default() -> Self {
         Self {
@@ -511,5 +497,21 @@ impl Default for ServerJudgeConfig {
             max_prompt_tokens: 2048,
             pool: PoolConfig { timeout: Duration::from_secs(120), ..PoolConfig::default() },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholder_log_probabilities_are_recognised() {
+        let bad = json!({"content": [{"token": "No", "logprob": -0.34, "bytes": [78, 111],
+            "top_logprobs": [{"token": "No", "logprob": -0.34}, {"token": "!", "logprob": -9999.0}]}]});
+        let good = json!({"content": [{"token": "No", "logprob": -0.34, "bytes": [78, 111],
+            "top_logprobs": [{"token": "No", "logprob": -0.34}, {"token": "Yes", "logprob": -1.27}]}]});
+        let legacy_bad = json!({"text_offset": [0], "top_logprobs": [{"token_id:3": -0.1, "token_id:0": -9999.0}]});
+        assert!(is_degraded(&bad) && is_degraded(&legacy_bad));
+        assert!(!is_degraded(&good));
     }
 }

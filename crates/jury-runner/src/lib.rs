@@ -107,11 +107,8 @@ fn style(bar: &ProgressBar, name: &str) {
 /// The counters of a server judge in a few words: done, retried, failed, per server.
 pub fn server_counters(stats: &PoolStats, failed: usize) -> String {
     let ok: u64 = stats.servers.iter().map(|s| s.ok).sum();
-    let per: Vec<String> = stats
-        .servers
-        .iter()
-        .map(|s| format!("{} {}{}", s.url, s.ok, if s.down { " (down)" } else { "" }))
-        .collect();
+    let per: Vec<String> =
+        stats.servers.iter().map(|s| format!("{} {}{}", s.url, s.ok, if s.down { " (down)" } else { "" })).collect();
     format!("ok {ok}, retried {}, failed {failed} | {}", stats.retried, per.join(", "))
 }
 
@@ -299,10 +296,10 @@ async fn load(juror: Juror, bar: &ProgressBar) -> Result<Loaded, RunError> {
                 },
                 (None, ModelSource::Gguf(path)) => jury_cache::file_sha256(path)?,
             };
-            (AnyJudge::Local(judge), hash)
+            (AnyJudge::Local(Box::new(judge)), hash)
         }
         JudgeSpec::Server { cfg, tokenizer_sha256 } => {
-            (AnyJudge::Server(ServerJudge::load(cfg, juror.template, tokenizer_sha256).await?), String::new())
+            (AnyJudge::Server(Box::new(ServerJudge::load(cfg, juror.template, tokenizer_sha256).await?)), String::new())
         }
     };
     bar.set_message("");

@@ -37,11 +37,8 @@ fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
         }
     };
     let head = String::from_utf8_lossy(&buf[..header_end]).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let len: usize =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
     while buf.len() < header_end + len {
         let n = s.read(&mut chunk).ok()?;
         if n == 0 {
