@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -336,6 +337,7 @@ fn api_keys_never_leak() {
             .args(["-fa", "off", "--api-key", secret])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap();
         let s = Server { port, child, name: "llama-server --api-key" };
