@@ -18,7 +18,8 @@ use minijinja::{Environment, Error, ErrorKind, context};
 pub struct ChatTokenizer {
     dir: PathBuf,
     tokenizer: tokenizers::Tokenizer,
-    template: String,
+    /// The chat template, compiled once (rendering runs for every example).
+    env: Environment<'static>,
     bos: Option<String>,
     eos: Option<String>,
     unk: Option<String>,
@@ -62,10 +63,11 @@ impl ChatTokenizer {
                 .ok_or_else(|| err(cfg_path.clone(), "`chat_template` list has no `default` entry".into()))?,
             _ => return Err(err(cfg_path.clone(), "no `chat_template` string".into())),
         };
+        let env = environment(&template).map_err(|e| err(cfg_path.clone(), e))?;
         Ok(Self {
             dir: dir.to_owned(),
             tokenizer,
-            template,
+            env,
             bos: token_text(cfg.get("bos_token")),
             eos: token_text(cfg.get("eos_token")),
             unk: token_text(cfg.get("unk_token")),
@@ -78,20 +80,7 @@ impl ChatTokenizer {
 
     /// The chat template over a system and a user turn, with the generation prompt.
     pub fn render(&self, system: &str, user: &str) -> Result<String, String> {
-        let mut env = Environment::new();
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.set_lstrip_blocks(true);
-        env.set_trim_blocks(true);
-        let source = self.template.replace("[::-1]", "|reverse");
-        env.add_template("chat", &source).map_err(|e| format!("chat template: {e}"))?;
-        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        });
-        env.add_filter("tojson", tojson);
-        env.add_function("strftime_now", |fmt: String| -> Result<String, Error> {
-            Ok(chrono::Utc::now().format(&fmt).to_string())
-        });
-        let tmpl = env.get_template("chat").map_err(|e| format!("chat template: {e}"))?;
+        let tmpl = self.env.get_template("chat").map_err(|e| format!("chat template: {e}"))?;
         let messages =
             vec![context! { role => "system", content => system }, context! { role => "user", content => user }];
         tmpl.render(context! {
@@ -117,6 +106,24 @@ impl ChatTokenizer {
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, String> {
         Ok(self.tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?.get_ids().to_vec())
     }
+}
+
+/// The template environment with mistral.rs's settings and helpers.
+fn environment(template: &str) -> Result<Environment<'static>, String> {
+    let mut env = Environment::new();
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_lstrip_blocks(true);
+    env.set_trim_blocks(true);
+    env.add_template_owned("chat", template.replace("[::-1]", "|reverse"))
+        .map_err(|e| format!("chat template: {e}"))?;
+    env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
+        Err(Error::new(ErrorKind::InvalidOperation, msg))
+    });
+    env.add_filter("tojson", tojson);
+    env.add_function("strftime_now", |fmt: String| -> Result<String, Error> {
+        Ok(chrono::Utc::now().format(&fmt).to_string())
+    });
+    Ok(env)
 }
 
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
