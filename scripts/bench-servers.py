@@ -1,8 +1,8 @@
 """Benchmark of server judges (run through scripts/bench-servers): jury against one and
 two llama-server processes, and a minimal client sending jury's own requests."""
-import csv, http.client, json, os, socket, subprocess, sys, tempfile, threading, time
+import csv, http.client, json, os, socket, statistics, subprocess, sys, tempfile, threading, time
 
-jury, server_bin, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+jury, server_bin, n, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 gguf = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 tokenizer = "models/qwen2.5-coder-0.5b-hf"
 work = tempfile.mkdtemp(prefix="bench-servers-")
@@ -106,16 +106,21 @@ try:
     ports = [p for _, p in servers]
     # Warm-up (not measured): the servers' first requests page their weights in.
     run_jury(ports, "warmup")
-    rows = []
-    for k in (1, 2):
-        jr, prompts = run_jury(ports[:k], f"jury{k}")
-        cr = run_client(ports[:k], prompts)
-        rows.append((k, jr, cr))
+    # jury and the client alternate, `reps` times each, and each reports its median:
+    # the machine's drift hits both alike.
+    rates = {1: ([], []), 2: ([], [])}
+    for r in range(reps):
+        for k in (1, 2):
+            jr, prompts = run_jury(ports[:k], f"jury{k}-{r}")
+            rates[k][0].append(jr)
+            rates[k][1].append(run_client(ports[:k], prompts))
+    rows = [(k, statistics.median(rates[k][0]), statistics.median(rates[k][1])) for k in (1, 2)]
 finally:
     for proc, _ in servers:
         proc.kill()
 
 print(f"{n} prompts, Qwen2.5-Coder-0.5B Q4_K_M, llama-server (1 thread, 1 slot each), jury max_in_flight 1 per server")
+print(f"median of {reps} alternating runs each")
 print(f"{'servers':>8} {'jury ex/s':>10} {'client ex/s':>12} {'jury/client':>12}")
 for k, jr, cr in rows:
     print(f"{k:>8} {jr:>10.2f} {cr:>12.2f} {jr / cr:>12.3f}")

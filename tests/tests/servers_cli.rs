@@ -7,7 +7,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -327,27 +326,7 @@ fn an_example_the_server_rejects_is_a_failure_row() {
 fn api_keys_never_leak() {
     let _one = lock();
     let secret = "sk-jury-test-7f3a9c1e5b";
-    let bin_server = {
-        // llama-server with --api-key: started by hand here (the helper starts it open).
-        let bin = Command::new(repo_root().join("scripts/servers/install-llama-server.sh")).output().unwrap();
-        let bin = String::from_utf8_lossy(&bin.stdout).lines().last().unwrap().trim().to_owned();
-        let port = common::servers::free_port();
-        let child = Command::new(bin)
-            .args(["-m", &qwen_gguf().to_string_lossy(), "-t", "2", "--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-fa", "off", "--api-key", secret])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let s = Server { port, child, name: "llama-server --api-key" };
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !matches!(common::servers::http_get(port, "/health"), Some((200, _))) {
-            assert!(Instant::now() < deadline, "llama-server with a key did not start");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        s
-    };
+    let bin_server = common::servers::llama_server_with(&qwen_gguf(), 2, 1, &["--api-key", secret]);
     let dir = tempfile::tempdir().unwrap();
     let judges = server_judge("q", &[bin_server.url()], "      api_key_env: JURY_TEST_KEY\n");
     let cfg = experiment(dir.path(), 3, &judges, None);

@@ -342,8 +342,10 @@ impl ServerJudge {
             p.extend(t);
             p
         };
-        match (self.mode, prompt) {
-            (ServerMode::Tokens, ServerPrompt::Tokens(ids)) => {
+        // The prompt's form picks the endpoint (token prompts are rendered in tokens
+        // mode only); the mode picks prefill or generation for chat prompts.
+        match prompt {
+            ServerPrompt::Tokens(ids) => {
                 let mut body = json!({
                     "model": self.cfg.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
                     "logprobs": k, "return_tokens_as_token_ids": true,
@@ -354,7 +356,8 @@ impl ServerJudge {
                 }
                 (format!("{}/completions", self.api), body)
             }
-            (mode, ServerPrompt::Chat { system, user }) => {
+            ServerPrompt::Chat { system, user } => {
+                let mode = self.mode;
                 let mut messages =
                     vec![json!({"role": "system", "content": system}), json!({"role": "user", "content": user})];
                 let mut body = json!({
@@ -368,10 +371,6 @@ impl ServerJudge {
                 }
                 body["messages"] = json!(messages);
                 (format!("{}/chat/completions", self.api), body)
-            }
-            (_, ServerPrompt::Tokens(_)) => {
-                // Unreachable by construction: token prompts are rendered only in tokens mode.
-                (format!("{}/completions", self.api), json!({}))
             }
         }
     }

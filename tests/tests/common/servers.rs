@@ -88,6 +88,12 @@ impl Drop for Server {
 /// sequences. Flash attention off: with it on, probabilities shift by a few hundredths
 /// from other engines' (seen here: P(Yes) 0.439 against 0.477).
 pub fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server {
+    llama_server_with(gguf, threads, slots, &[])
+}
+
+/// [`llama_server`] with extra command-line arguments (e.g. `--api-key KEY`; `/health`
+/// answers without the key).
+pub fn llama_server_with(gguf: &Path, threads: usize, slots: usize, extra: &[&str]) -> Server {
     let bin = install("scripts/servers/install-llama-server.sh", "llama-server");
     let port = free_port();
     let log = std::fs::File::create(std::env::temp_dir().join(format!("llama-server-{port}.log"))).unwrap();
@@ -95,6 +101,7 @@ pub fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server {
         .args(["-m", &gguf.to_string_lossy(), "-t", &threads.to_string(), "-tb", &threads.to_string()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-fa", "off", "-c", &(4096 * slots).to_string()])
         .args(["-np", &slots.to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(log)
         .process_group(0)

@@ -1,0 +1,341 @@
+//! The YAML experiment `jury run` reads, and its checks: everything that can be found
+//! wrong in a config is found here, before any data set loads, model loads or file is
+//! written.
+//!
+//! The aggregation options are a type parameter: the runner carries them from the YAML
+//! to whoever aggregates, without knowing them.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use jury_judge::ServerMode;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// A config that cannot be run, with the file (and judge) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: invalid experiment: {reason}", path.display())]
+    Parse { path: PathBuf, reason: String },
+    #[error("{}: {reason}", path.display())]
+    Invalid { path: PathBuf, reason: String },
+    #[error("{}: judge `{judge}`: {reason}", path.display())]
+    Judge { path: PathBuf, judge: String, reason: String },
+}
+
+/// The YAML experiment schema. `A`: the aggregation options (`aggregate:`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, bound(deserialize = "A: DeserializeOwned + Default", serialize = "A: Serialize"))]
+pub struct Experiment<A> {
+    pub name: String,
+    pub dataset: DatasetConfig,
+    /// Prompt template file (prompts/*.yaml).
+    pub prompt: PathBuf,
+    pub judges: Vec<JudgeEntry>,
+    #[serde(default)]
+    pub runtime: Runtime,
+    #[serde(default)]
+    pub aggregate: A,
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    /// One of `jury_datasets::KNOWN` (demo-facts, truthfulqa, halueval-dialogue,
+    /// chatbot-arena, llmbar).
+    pub name: String,
+    pub path: PathBuf,
+    /// Judge only this many examples, drawn with `seed` (kept in file order).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub seed: u64,
+    /// Pairwise tasks: judge every pair in both orders (A/B and B/A) and average in the
+    /// original orientation (position-bias de-biasing); per-order results go to
+    /// `judgments_by_order.csv`.
+    #[serde(default)]
+    pub both_orders: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeEntry {
+    pub name: String,
+    /// This juror's own prompt template (prompt variants as separate jurors); the
+    /// experiment's `prompt` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PathBuf>,
+    /// A model on OpenAI-compatible inference servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerEntry>,
+    /// A local GGUF file (CPU).
+    #[serde(default)]
+    pub gguf: Option<PathBuf>,
+    /// A safetensors model directory or hub model id (GPU users, `cuda` feature).
+    #[serde(default)]
+    pub model_id: Option<String>,
+    /// With `gguf`: a Hugging Face tokenizer directory to use instead of the tokenizer
+    /// mistral.rs builds from the GGUF (see `jury_judge::JudgeConfig::tokenizer`).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// A judge on inference servers (README, "Judges on inference servers").
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    /// Replicas serving the same model, e.g. `http://127.0.0.1:8000` (with or without `/v1`).
+    pub base_urls: Vec<String>,
+    /// The served model name.
+    pub model: String,
+    /// The NAME of an environment variable holding the API key (never the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// A tokenizer directory (tokenizer.json, tokenizer_config.json) or a hub model id
+    /// in the local hub cache: the judge then sends exact token ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// `tokens` (needs `tokenizer`; the default with one), `chat-prefill` (the default
+    /// without), `chat-generate` (hosted APIs without prefill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ServerMode>,
+    /// Requests in flight per server.
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight: usize,
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// How long every server may be down before the run stops.
+    #[serde(default = "default_patience")]
+    pub patience_s: f64,
+    /// Top log-probabilities asked for (vLLM allows 20 unless started with a larger
+    /// `--max-logprobs`).
+    #[serde(default = "default_top_logprobs")]
+    pub top_logprobs: usize,
+}
+
+fn default_in_flight() -> usize {
+    4
+}
+fn default_timeout() -> f64 {
+    120.0
+}
+fn default_retries() -> u32 {
+    8
+}
+fn default_patience() -> f64 {
+    300.0
+}
+fn default_top_logprobs() -> usize {
+    20
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Runtime {
+    /// Dense (dequantized) weights: 10-15x faster prefill on CPU (SPEC.md section 1).
+    pub dequantize: bool,
+    pub prefix_cache: bool,
+    pub max_concurrency: usize,
+    pub max_prompt_tokens: usize,
+    /// Also write `prompts.jsonl`: each judged token sequence (for engine comparisons).
+    pub dump_prompts: bool,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        // One request at a time with the prefix cache: measured here on 40 TruthfulQA
+        // prompts (Qwen2.5-Coder-0.5B, docs/benchmarks.md), 71 s one at a time, 141 s
+        // with 4 in flight (mistral.rs 0.8.1 batches slower than it runs one by one on
+        // a CPU), 56 s with the prefix cache. The judge bounds the cache's memory itself
+        // (`jury_judge::Judge` flushes it every 16 judgments on a CPU).
+        Self { dequantize: true, prefix_cache: true, max_concurrency: 1, max_prompt_tokens: 2048, dump_prompts: false }
+    }
+}
+
+impl<A: DeserializeOwned + Default> Experiment<A> {
+    /// Reads and checks the experiment in `path` (see [`Experiment::check`]).
+    pub fn read(path: &Path) -> Result<Self, ExperimentError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ExperimentError::Read { path: path.to_owned(), source })?;
+        let exp: Self = serde_yaml::from_str(&text)
+            .map_err(|e| ExperimentError::Parse { path: path.to_owned(), reason: e.to_string() })?;
+        exp.check(path)?;
+        Ok(exp)
+    }
+}
+
+impl<A> Experiment<A> {
+    /// Checks what can be checked without loading anything or touching the network: the
+    /// judges' sources, names, prompt and tokenizer files, server entries and the
+    /// runtime. `path` names the config in errors.
+    pub fn check(&self, path: &Path) -> Result<(), ExperimentError> {
+        let invalid = |reason: String| ExperimentError::Invalid { path: path.to_owned(), reason };
+        if self.judges.is_empty() {
+            return Err(invalid("`judges` is empty".into()));
+        }
+        if self.runtime.prefix_cache && self.runtime.max_concurrency > 1 {
+            // mistral.rs 0.8.1 panics batching sequences restored from its prefix cache
+            // ("shape mismatch on dim 2, 512 <> 1024" in kv_cache/mod.rs, seen here with 8
+            // requests in flight), which takes the whole engine down.
+            return Err(invalid(
+                "runtime: `prefix_cache: true` needs `max_concurrency: 1` (mistral.rs 0.8.1 crashes batching cached prefixes); set one of them".into(),
+            ));
+        }
+        let mut names = HashSet::new();
+        for j in &self.judges {
+            if !names.insert(j.name.as_str()) {
+                return Err(invalid(format!("judge name `{}` is used twice", j.name)));
+            }
+            j.check().map_err(|reason| ExperimentError::Judge {
+                path: path.to_owned(),
+                judge: j.name.clone(),
+                reason,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl JudgeEntry {
+    fn check(&self) -> Result<(), String> {
+        let sources = [self.gguf.is_some(), self.model_id.is_some(), self.server.is_some()];
+        if sources.iter().filter(|&&x| x).count() != 1 {
+            return Err("give exactly one of `gguf`, `model_id` and `server`".into());
+        }
+        if let Some(p) = &self.prompt
+            && !p.is_file()
+        {
+            return Err(format!("prompt template {} does not exist", p.display()));
+        }
+        if let Some(dir) = &self.tokenizer {
+            if self.gguf.is_none() {
+                return Err(
+                    "`tokenizer` goes with `gguf` (a model directory has its own; a server's goes under `server`)"
+                        .into(),
+                );
+            }
+            if !dir.join("tokenizer.json").is_file() {
+                return Err(format!(
+                    "tokenizer directory {} has no tokenizer.json (run scripts/fetch-judges.sh)",
+                    dir.display()
+                ));
+            }
+        }
+        if let Some(path) = &self.gguf
+            && !path.is_file()
+        {
+            return Err(format!("model file {} does not exist (run scripts/fetch-judges.sh)", path.display()));
+        }
+        if let Some(s) = &self.server {
+            s.check().map_err(|e| format!("server: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl ServerEntry {
+    /// Checks a server entry without touching the network.
+    fn check(&self) -> Result<(), String> {
+        if self.base_urls.is_empty() {
+            return Err("`base_urls` is empty".into());
+        }
+        for u in &self.base_urls {
+            let ok = (u.starts_with("http://") || u.starts_with("https://")) && u.len() > "https://".len();
+            if !ok {
+                return Err(format!("base URL `{}` is not an http:// or https:// address", jury_judge::display_url(u)));
+            }
+        }
+        if self.model.trim().is_empty() {
+            return Err("`model` is empty".into());
+        }
+        if self.max_in_flight == 0 || self.top_logprobs == 0 {
+            return Err("`max_in_flight` and `top_logprobs` must be at least 1".into());
+        }
+        for (name, v) in [("timeout_s", self.timeout_s), ("patience_s", self.patience_s)] {
+            if !(v.is_finite() && v > 0.0 && v < 1e7) {
+                return Err(format!("`{name}` must be a positive number of seconds"));
+            }
+        }
+        if let Some(var) = &self.api_key_env
+            && std::env::var_os(var).is_none_or(|v| v.is_empty())
+        {
+            return Err(format!("`api_key_env` names the environment variable `{var}`, which is not set"));
+        }
+        if self.mode == Some(ServerMode::Tokens) && self.tokenizer.is_none() {
+            return Err("mode `tokens` needs a `tokenizer`".into());
+        }
+        if let Some(t) = &self.tokenizer {
+            let dir = tokenizer_dir(t)?;
+            for f in ["tokenizer.json", "tokenizer_config.json"] {
+                if !dir.join(f).is_file() {
+                    return Err(format!("tokenizer directory {} has no {f}", dir.display()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A server judge's tokenizer: a local directory, or a hub id in the local hub cache.
+pub(crate) fn tokenizer_dir(t: &str) -> Result<PathBuf, String> {
+    jury_judge::local_model_dir(t)
+        .ok_or_else(|| format!("tokenizer `{t}` is neither a directory nor a model in the local hub cache"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Exp = Experiment<serde_yaml::Value>;
+
+    fn parse(yaml: &str) -> Result<Exp, ExperimentError> {
+        let exp: Exp = serde_yaml::from_str(yaml)
+            .map_err(|e| ExperimentError::Parse { path: "x.yaml".into(), reason: e.to_string() })?;
+        exp.check(Path::new("x.yaml"))?;
+        Ok(exp)
+    }
+
+    const HEAD: &str = "name: t\ndataset: {name: truthfulqa, path: d.csv}\nprompt: p.yaml\noutput: out\n";
+
+    #[test]
+    fn a_judge_names_exactly_one_source() {
+        let both =
+            format!("{HEAD}judges:\n  - {{name: a, model_id: m, server: {{base_urls: ['http://h:1'], model: m}}}}\n");
+        let e = parse(&both).unwrap_err().to_string();
+        assert!(e.contains("judge `a`: give exactly one of"), "{e}");
+        let none = format!("{HEAD}judges:\n  - {{name: a}}\n");
+        assert!(parse(&none).unwrap_err().to_string().contains("exactly one"));
+    }
+
+    #[test]
+    fn duplicate_names_and_bad_servers_are_refused_before_anything_loads() {
+        let dup = format!("{HEAD}judges:\n  - {{name: a, model_id: m}}\n  - {{name: a, model_id: n}}\n");
+        assert!(parse(&dup).unwrap_err().to_string().contains("judge name `a` is used twice"));
+        let url = format!("{HEAD}judges:\n  - {{name: s, server: {{base_urls: ['ftp://h'], model: m}}}}\n");
+        let e = parse(&url).unwrap_err().to_string();
+        assert!(e.contains("judge `s`: server: base URL"), "{e}");
+        let key = format!(
+            "{HEAD}judges:\n  - {{name: s, server: {{base_urls: ['http://h:1'], model: m, api_key_env: JURY_TEST_SURELY_UNSET_VAR}}}}\n"
+        );
+        assert!(parse(&key).unwrap_err().to_string().contains("JURY_TEST_SURELY_UNSET_VAR"));
+        let tokens =
+            format!("{HEAD}judges:\n  - {{name: s, server: {{base_urls: ['http://h:1'], model: m, mode: tokens}}}}\n");
+        assert!(parse(&tokens).unwrap_err().to_string().contains("needs a `tokenizer`"));
+        let ok = format!("{HEAD}judges:\n  - {{name: s, server: {{base_urls: ['http://h:1/v1'], model: m}}}}\n");
+        let exp = parse(&ok).unwrap();
+        assert_eq!(exp.judges[0].server.as_ref().unwrap().max_in_flight, 4);
+    }
+
+    #[test]
+    fn unknown_fields_name_their_line() {
+        let e = parse(&format!("{HEAD}judges: []\nbogus: 1\n")).unwrap_err().to_string();
+        assert!(e.contains("unknown field `bogus`") && e.contains("line"), "{e}");
+        let e = parse(&format!("{HEAD}judges: []\n")).unwrap_err().to_string();
+        assert!(e.contains("`judges` is empty"), "{e}");
+    }
+}

@@ -1,0 +1,314 @@
+//! What `jury run` writes, and where: one [`OutputLayout`] names every file of an
+//! output directory, and the judging stage's files are written from a [`JuryRun`].
+//!
+//! Every file is written whole through a temporary file and a rename
+//! (`jury_io::write_atomic`); `cache.jsonl` is the one file appended to.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use jury_datasets::Example;
+use jury_io::{csv_field, write_atomic};
+use serde::Serialize;
+
+use crate::experiment::Experiment;
+use crate::judging::{JurorInfo, RunError};
+use crate::stages::JuryRun;
+
+/// The files of a `jury run` output directory.
+#[derive(Debug, Clone)]
+pub struct OutputLayout {
+    dir: PathBuf,
+}
+
+impl OutputLayout {
+    pub fn new(dir: &Path) -> Self {
+        Self { dir: dir.to_owned() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates the directory (and its parents).
+    pub fn create(&self) -> Result<(), RunError> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|source| RunError::Write { path: self.dir.clone(), reason: source.to_string() })
+    }
+
+    /// The durable per-judgment cache (JSON Lines, appended to).
+    pub fn cache(&self) -> PathBuf {
+        self.dir.join("cache.jsonl")
+    }
+    /// Long format: example_id, judge, p, p_positive, p_negative, p_tie, mass, n_tokens,
+    /// truncated, exact.
+    pub fn judgments(&self) -> PathBuf {
+        self.dir.join("judgments.csv")
+    }
+    /// example_id, label.
+    pub fn labels(&self) -> PathBuf {
+        self.dir.join("labels.csv")
+    }
+    /// example_id, judge, reason: the examples a server rejected (missing from judgments.csv).
+    pub fn failures(&self) -> PathBuf {
+        self.dir.join("failures.csv")
+    }
+    /// With `both_orders`: example_id, judge, order (ab|ba), p oriented as the original order.
+    pub fn by_order(&self) -> PathBuf {
+        self.dir.join("judgments_by_order.csv")
+    }
+    /// With `dump_prompts`: each judged token sequence.
+    pub fn prompts(&self) -> PathBuf {
+        self.dir.join("prompts.jsonl")
+    }
+    /// Each example's context (example_id, text) for the context-dependent methods,
+    /// when the experiment names no contexts file.
+    pub fn contexts(&self) -> PathBuf {
+        self.dir.join("contexts.csv")
+    }
+    /// The experiment as run (API key variable names only, never keys).
+    pub fn resolved_config(&self) -> PathBuf {
+        self.dir.join("config.resolved.yaml")
+    }
+    /// Versions, model identities and template hashes, timings, per-server counters.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join("manifest.json")
+    }
+}
+
+fn fmt_p(p: Option<f64>) -> String {
+    p.map_or(String::new(), |y| format!("{y:.6}"))
+}
+
+fn write(path: PathBuf, text: &str) -> Result<(), RunError> {
+    write_atomic(&path, text.as_bytes())?;
+    Ok(())
+}
+
+/// Writes the judging stage's files: judgments, labels, failures, per-order
+/// judgments and prompts when asked for, the examples' contexts when `contexts` is the
+/// layout's own file, and the resolved config.
+pub fn write_judging<A: Serialize>(
+    layout: &OutputLayout,
+    exp: &Experiment<A>,
+    run: &JuryRun,
+    contexts: Option<&Path>,
+) -> Result<(), RunError> {
+    let examples = &run.examples.original;
+    write(layout.judgments(), &judgments_csv(run))?;
+    let mut labels = String::from("example_id,label\n");
+    for e in examples {
+        if let Some(l) = e.label {
+            let _ = writeln!(labels, "{},{l}", csv_field(&e.id));
+        }
+    }
+    write(layout.labels(), &labels)?;
+    let mut failures = String::from("example_id,judge,reason\n");
+    for j in &run.judges {
+        for f in &j.results.failures {
+            let _ = writeln!(failures, "{},{},{}", csv_field(&f.example_id), csv_field(&f.judge), csv_field(&f.reason));
+        }
+    }
+    write(layout.failures(), &failures)?;
+    if exp.dataset.both_orders {
+        write(layout.by_order(), &by_order_csv(run))?;
+    }
+    if exp.runtime.dump_prompts {
+        let mut prompts = String::new();
+        for j in &run.judges {
+            for ex in run.examples.judged.iter() {
+                if let Some(t) = j.results.tokens.get(&ex.id) {
+                    let line = serde_json::json!({"judge": j.name, "example_id": ex.id, "tokens": t});
+                    let _ = writeln!(prompts, "{line}");
+                }
+            }
+        }
+        write(layout.prompts(), &prompts)?;
+    }
+    if contexts == Some(layout.contexts().as_path()) {
+        write(layout.contexts(), &contexts_csv(examples))?;
+    }
+    let resolved = serde_yaml::to_string(exp)
+        .map_err(|e| RunError::Write { path: layout.resolved_config(), reason: e.to_string() })?;
+    write(layout.resolved_config(), &resolved)
+}
+
+fn judgments_csv(run: &JuryRun) -> String {
+    let mut table = String::from("example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated,exact\n");
+    for ex in &run.examples.original {
+        for j in &run.judges {
+            let Some(v) = j.verdicts.get(&ex.id) else { continue };
+            let _ = writeln!(
+                table,
+                "{},{},{},{:e},{:e},{},{:e},{},{},{}",
+                csv_field(&ex.id),
+                csv_field(&j.name),
+                fmt_p(v.y),
+                v.p_positive,
+                v.p_negative,
+                v.p_tie.map_or(String::new(), |t| format!("{t:e}")),
+                v.mass,
+                v.n_tokens,
+                v.truncated,
+                v.exact
+            );
+        }
+    }
+    table
+}
+
+fn by_order_csv(run: &JuryRun) -> String {
+    let mut rows = String::from("example_id,judge,order,p\n");
+    for j in &run.judges {
+        let v = &j.results.verdicts;
+        for ex in &run.examples.original {
+            let sw = format!("{}{}", ex.id, jury_datasets::SWAPPED_SUFFIX);
+            for (order, id, flip) in [("ab", &ex.id, false), ("ba", &sw, true)] {
+                if let Some(x) = v.get(id) {
+                    let p = x.y.map(|y| if flip { 1.0 - y } else { y });
+                    let _ = writeln!(rows, "{},{},{order},{}", csv_field(&ex.id), csv_field(&j.name), fmt_p(p));
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// Each example's context for the context-dependent methods: its template fields,
+/// shortest first (so an encoder that keeps the first tokens keeps the question and the
+/// answer whole), joined by " || ".
+fn contexts_csv(examples: &[Example]) -> String {
+    let mut out = String::from("example_id,text\n");
+    for e in examples {
+        let mut fields: Vec<&String> = e.fields.values().collect();
+        fields.sort_by_key(|v| v.len());
+        let text: Vec<&str> = fields.iter().map(|v| v.as_str()).collect();
+        let _ = writeln!(out, "{},{}", csv_field(&e.id), csv_field(&text.join(" || ")));
+    }
+    out
+}
+
+/// `manifest.json`: what was run, with what, and how long it took.
+#[derive(Debug, Serialize)]
+pub struct Manifest<'a> {
+    experiment: &'a str,
+    jury_version: &'static str,
+    template: TemplateRecord,
+    dataset: DatasetRecord<'a>,
+    dequantized_weights: bool,
+    judges: Vec<JudgeManifest<'a>>,
+    mean_captured_mass: BTreeMap<&'a str, f64>,
+    total_seconds: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct TemplateRecord {
+    path: PathBuf,
+    sha256: String,
+}
+
+#[derive(Debug, Serialize)]
+struct DatasetRecord<'a> {
+    name: &'a str,
+    path: &'a Path,
+    examples: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct TokenIds<'a> {
+    positive: &'a [u32],
+    negative: &'a [u32],
+    tie: &'a [u32],
+}
+
+#[derive(Debug, Serialize)]
+struct JudgeManifest<'a> {
+    name: &'a str,
+    model_sha256: &'a str,
+    engine: &'a str,
+    extraction_rule: &'a str,
+    load_seconds: f64,
+    judge_seconds: f64,
+    scored: usize,
+    from_cache: usize,
+    failed: usize,
+    exact_share: f64,
+    prefix_cache_flushes: usize,
+    verdict_token_ids: TokenIds<'a>,
+    template: Option<TemplateRecord>,
+    server: &'a Option<crate::judging::ServerInfo>,
+}
+
+impl<'a> Manifest<'a> {
+    /// The manifest of `run`; `total_seconds` covers the whole command (aggregation too).
+    pub fn new<A>(exp: &'a Experiment<A>, run: &'a JuryRun, dequantized_weights: bool, total_seconds: f64) -> Self {
+        let judges = run
+            .judges
+            .iter()
+            .map(|j| {
+                let JurorInfo { model_identity, engine, extraction_rule, load_seconds, prefix_cache_flushes, .. } =
+                    &j.info;
+                let (positive, negative, tie) = &j.info.verdict_token_ids;
+                let s = &j.results.summary;
+                JudgeManifest {
+                    name: &j.name,
+                    model_sha256: model_identity,
+                    engine,
+                    extraction_rule,
+                    load_seconds: *load_seconds,
+                    judge_seconds: s.seconds,
+                    scored: s.scored,
+                    from_cache: s.from_cache,
+                    failed: s.failed,
+                    exact_share: j.exact_share(),
+                    prefix_cache_flushes: *prefix_cache_flushes,
+                    verdict_token_ids: TokenIds { positive, negative, tie },
+                    template: j
+                        .own_template
+                        .as_ref()
+                        .map(|(path, sha256)| TemplateRecord { path: path.clone(), sha256: sha256.clone() }),
+                    server: &j.info.server,
+                }
+            })
+            .collect();
+        Self {
+            experiment: &exp.name,
+            jury_version: env!("CARGO_PKG_VERSION"),
+            template: TemplateRecord { path: exp.prompt.clone(), sha256: run.template_sha256.clone() },
+            dataset: DatasetRecord {
+                name: &exp.dataset.name,
+                path: &exp.dataset.path,
+                examples: run.examples.original.len(),
+            },
+            dequantized_weights,
+            judges,
+            mean_captured_mass: run.mean_captured_mass(),
+            total_seconds,
+        }
+    }
+
+    pub fn write(&self, layout: &OutputLayout) -> Result<(), RunError> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| RunError::Write { path: layout.manifest(), reason: e.to_string() })?;
+        write(layout.manifest(), &text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_put_short_fields_first_and_quote_csv() {
+        let e = Example {
+            id: "q,1".into(),
+            fields: BTreeMap::from([
+                ("answer".into(), "Paris".into()),
+                ("question".into(), "What is the capital?".into()),
+            ]),
+            label: Some(1),
+        };
+        assert_eq!(contexts_csv(&[e]), "example_id,text\n\"q,1\",Paris || What is the capital?\n");
+    }
+}

@@ -1,0 +1,298 @@
+//! The judging stages of an experiment, each a function from typed values to typed
+//! values: the examples ([`sample_examples`]), the jurors ([`jurors`]), every juror's
+//! pass through the cache ([`crate::run_jury`]) and the collected verdicts
+//! ([`JuryRun`]), which aggregation takes as a plain judgments matrix.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::MultiProgress;
+use jury_cache::Cache;
+use jury_core::{Judgments, JudgmentsBuilder, Labels};
+use jury_datasets::Example;
+use jury_judge::{ApiKey, JudgeConfig, ModelSource, PoolConfig, ServerJudgeConfig, Template, Verdict};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use crate::experiment::{DatasetConfig, Experiment, JudgeEntry, Runtime, tokenizer_dir};
+use crate::judging::{JudgeResults, JudgeSpec, Juror, JurorInfo, RunError, run_jury};
+use crate::output::OutputLayout;
+
+/// The examples of a run: those drawn from the data set, and those judged (with
+/// `both_orders`, each pair again with its answers swapped).
+pub struct Examples {
+    pub original: Vec<Example>,
+    pub judged: Arc<Vec<Example>>,
+}
+
+/// Loads the data set, draws `limit` examples with `seed` (kept in file order) and adds
+/// the swapped pairs when both orders are judged.
+pub fn sample_examples(cfg: &DatasetConfig) -> Result<Examples, RunError> {
+    let examples = sample(jury_datasets::load(&cfg.name, &cfg.path)?, cfg.limit, cfg.seed);
+    let mut judged = examples.clone();
+    if cfg.both_orders {
+        for e in &examples {
+            judged.push(jury_datasets::swapped(e, &cfg.path)?);
+        }
+    }
+    Ok(Examples { original: examples, judged: Arc::new(judged) })
+}
+
+fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Example> {
+    let Some(limit) = limit.filter(|&l| l < examples.len()) else { return examples };
+    let mut idx: Vec<usize> = (0..examples.len()).collect();
+    idx.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let mut keep: Vec<usize> = idx.into_iter().take(limit).collect();
+    keep.sort_unstable();
+    let mut taken: Vec<Option<Example>> = examples.drain(..).map(Some).collect();
+    keep.into_iter().filter_map(|i| taken[i].take()).collect()
+}
+
+/// The jurors of an experiment, in its order: their own templates loaded (`template`
+/// for the others), model files and tokenizers hashed, API keys read from their
+/// variables.
+pub fn jurors<A>(exp: &Experiment<A>, template: &Template) -> Result<Vec<Juror>, RunError> {
+    exp.judges
+        .iter()
+        .map(|entry| {
+            let template = match &entry.prompt {
+                Some(p) => Template::load(p)?,
+                None => template.clone(),
+            };
+            juror(entry, &exp.runtime, template)
+        })
+        .collect()
+}
+
+fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Juror, RunError> {
+    let setup = |reason: String| RunError::Setup { judge: entry.name.clone(), reason };
+    let hash_dir = |dir: &std::path::Path| {
+        jury_cache::dir_sha256(dir).map_err(|e| setup(format!("hashing {}: {e}", dir.display())))
+    };
+    let spec = if let Some(s) = &entry.server {
+        let api_key = match &s.api_key_env {
+            Some(var) => {
+                Some(ApiKey::new(std::env::var(var).map_err(|e| setup(format!("environment variable `{var}`: {e}")))?))
+            }
+            None => None,
+        };
+        let tokenizer = s.tokenizer.as_deref().map(tokenizer_dir).transpose().map_err(setup)?;
+        let tokenizer_sha256 = tokenizer.as_deref().map(hash_dir).transpose()?;
+        let cfg = ServerJudgeConfig {
+            name: entry.name.clone(),
+            base_urls: s.base_urls.clone(),
+            model: s.model.clone(),
+            api_key,
+            tokenizer,
+            mode: s.mode,
+            top_logprobs: s.top_logprobs,
+            max_prompt_tokens: runtime.max_prompt_tokens,
+            pool: PoolConfig {
+                max_in_flight: s.max_in_flight,
+                timeout: Duration::from_secs_f64(s.timeout_s),
+                retries: s.retries,
+                patience: Duration::from_secs_f64(s.patience_s),
+                ..PoolConfig::default()
+            },
+        };
+        JudgeSpec::Server { cfg, tokenizer_sha256 }
+    } else {
+        let (source, model_sha256) = match (&entry.gguf, &entry.model_id) {
+            (Some(path), _) => {
+                let weights =
+                    jury_cache::file_sha256(path).map_err(|e| setup(format!("hashing {}: {e}", path.display())))?;
+                let hash = match &entry.tokenizer {
+                    // The tokenizer changes the token sequence, hence the answer.
+                    Some(dir) => jury_cache::key(&[weights.as_bytes(), hash_dir(dir)?.as_bytes()]),
+                    None => weights,
+                };
+                (ModelSource::Gguf(path.clone()), Some(hash))
+            }
+            // Hashed after loading, when a hub download has put the snapshot on disk.
+            (None, Some(id)) => (ModelSource::Pretrained(id.clone()), None),
+            (None, None) => return Err(setup("no model (checked when the experiment is read)".into())),
+        };
+        let cfg = JudgeConfig {
+            name: entry.name.clone(),
+            source,
+            max_prompt_tokens: runtime.max_prompt_tokens,
+            prefix_cache: runtime.prefix_cache,
+            max_concurrency: runtime.max_concurrency,
+            tokenizer: entry.tokenizer.clone(),
+        };
+        JudgeSpec::Local { cfg, model_sha256 }
+    };
+    Ok(Juror { name: entry.name.clone(), template, spec })
+}
+
+/// One juror's collected results.
+pub struct JudgeRecord {
+    pub name: String,
+    /// One verdict per original example (with both orders, the two orders' mean in the
+    /// original orientation).
+    pub verdicts: HashMap<String, Verdict>,
+    /// What the pass produced, per judged example (both orders apart).
+    pub results: JudgeResults,
+    pub info: JurorInfo,
+    /// The juror's own template (path and SHA-256 of its text), when it has one.
+    pub own_template: Option<(std::path::PathBuf, String)>,
+}
+
+impl JudgeRecord {
+    /// Mean of P(positive) + P(negative) over the verdicts.
+    pub fn mean_captured_mass(&self) -> f64 {
+        self.verdicts.values().map(|x| x.mass).sum::<f64>() / self.verdicts.len().max(1) as f64
+    }
+
+    /// Share of verdicts in which every verdict token's probability was observed.
+    pub fn exact_share(&self) -> f64 {
+        self.verdicts.values().filter(|x| x.exact).count() as f64 / self.verdicts.len().max(1) as f64
+    }
+}
+
+/// The judging part of a run, ready for aggregation and output.
+pub struct JuryRun {
+    pub examples: Examples,
+    pub judges: Vec<JudgeRecord>,
+    /// The binary judgments matrix (examples in file order, judges in config order).
+    pub judgments: Judgments,
+    /// The labels of the judged examples that have one.
+    pub labels: Labels,
+    /// The template the experiment names (path and SHA-256 of its text).
+    pub template_sha256: String,
+    pub seconds: f64,
+}
+
+impl JuryRun {
+    pub fn mean_captured_mass(&self) -> BTreeMap<&str, f64> {
+        self.judges.iter().map(|j| (j.name.as_str(), j.mean_captured_mass())).collect()
+    }
+
+    pub fn exact_shares(&self) -> BTreeMap<&str, f64> {
+        self.judges.iter().map(|j| (j.name.as_str(), j.exact_share())).collect()
+    }
+}
+
+/// Runs every juror of `exp` over its examples through the cache in `layout`, all at
+/// once (server judges each on their own, in-process ones one after another), on an
+/// async runtime of its own, and collects the verdicts.
+pub fn judge_experiment<A>(
+    exp: &Experiment<A>,
+    layout: &OutputLayout,
+    bars: &MultiProgress,
+) -> Result<JuryRun, RunError> {
+    let started = Instant::now();
+    let examples = sample_examples(&exp.dataset)?;
+    let template = Template::load(&exp.prompt)?;
+    let jurors = jurors(exp, &template)?;
+    let own_templates: Vec<Option<(std::path::PathBuf, String)>> = exp
+        .judges
+        .iter()
+        .zip(&jurors)
+        .map(|(entry, juror)| {
+            entry.prompt.as_ref().map(|p| (p.clone(), jury_cache::key(&[juror.template.source_text.as_bytes()])))
+        })
+        .collect();
+    layout.create()?;
+    let cache = Arc::new(Mutex::new(Cache::<Verdict>::open(&layout.cache())?));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::Setup { judge: "*".into(), reason: format!("starting the async runtime: {e}") })?;
+    let outcomes = rt.block_on(run_jury(jurors, examples.judged.clone(), cache, exp.runtime.dump_prompts, bars))?;
+    let mut judges = Vec::new();
+    for ((entry, outcome), own_template) in exp.judges.iter().zip(outcomes).zip(own_templates) {
+        let mut verdicts = outcome.results.verdicts.clone();
+        if exp.dataset.both_orders {
+            debias(&examples.original, &mut verdicts);
+        }
+        judges.push(JudgeRecord {
+            name: entry.name.clone(),
+            verdicts,
+            results: outcome.results,
+            info: outcome.info,
+            own_template,
+        });
+    }
+    let (judgments, labels) = matrix(&examples.original, &judges)?;
+    Ok(JuryRun {
+        examples,
+        judges,
+        judgments,
+        labels,
+        template_sha256: jury_cache::key(&[template.source_text.as_bytes()]),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Replaces each original example's verdict by the mean of its two orders.
+fn debias(examples: &[Example], verdicts: &mut HashMap<String, Verdict>) {
+    for ex in examples {
+        let sw = format!("{}{}", ex.id, jury_datasets::SWAPPED_SUFFIX);
+        if let (Some(ab), Some(ba)) = (verdicts.get(&ex.id), verdicts.get(&sw)) {
+            let d = Verdict::debiased(ab, ba);
+            verdicts.insert(ex.id.clone(), d);
+        }
+    }
+}
+
+/// The matrix the aggregators read, and the labels aligned with it.
+fn matrix(examples: &[Example], judges: &[JudgeRecord]) -> Result<(Judgments, Labels), RunError> {
+    let mut builder = JudgmentsBuilder::new(2)?;
+    for ex in examples {
+        for j in judges {
+            if let Some(v) = j.verdicts.get(&ex.id) {
+                builder.push_binary(&ex.id, &j.name, v.y)?;
+            }
+        }
+    }
+    let judgments = builder.build();
+    let pairs = examples.iter().filter_map(|e| e.label.map(|l| (e.id.as_str(), l)));
+    let (labels, _) = Labels::align(&judgments, pairs)?;
+    Ok((judgments, labels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ex(id: &str) -> Example {
+        Example { id: id.into(), fields: BTreeMap::new(), label: Some(1) }
+    }
+
+    #[test]
+    fn sampling_is_seeded_and_keeps_file_order() {
+        let all: Vec<Example> = (0..50).map(|i| ex(&format!("e{i:02}"))).collect();
+        let a: Vec<String> = sample(all.clone(), Some(10), 7).into_iter().map(|e| e.id).collect();
+        let b: Vec<String> = sample(all.clone(), Some(10), 7).into_iter().map(|e| e.id).collect();
+        let c: Vec<String> = sample(all.clone(), Some(10), 8).into_iter().map(|e| e.id).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 10);
+        assert!(a.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(sample(all.clone(), Some(99), 0).len(), 50);
+        assert_eq!(sample(all, None, 0).len(), 50);
+    }
+
+    #[test]
+    fn both_orders_average_in_the_original_orientation() {
+        let v = |y: f64| Verdict {
+            y: Some(y),
+            p_positive: y,
+            p_negative: 1.0 - y,
+            p_tie: None,
+            mass: 1.0,
+            n_tokens: 1,
+            truncated: false,
+            exact: true,
+            unobserved_bound: None,
+        };
+        let sw = format!("a{}", jury_datasets::SWAPPED_SUFFIX);
+        let mut m = HashMap::from([("a".to_string(), v(0.8)), (sw, v(0.4))]);
+        debias(&[ex("a")], &mut m);
+        assert!((m["a"].y.unwrap() - 0.7).abs() < 1e-12);
+    }
+}
