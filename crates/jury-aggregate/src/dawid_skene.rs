@@ -155,10 +155,10 @@ impl Votes {
             counts: Vec::new(),
             pattern_of: Vec::with_capacity(j.n_examples()),
         };
-        let mut key = Vec::with_capacity(j.n_judges());
+        let mut key = Vec::new();
         for n in 0..j.n_examples() {
             key.clear();
-            key.extend((0..j.n_judges()).filter_map(|k| j.vote(n, k).map(|v| (k as u32, v as u32))));
+            key.extend(j.row(n).map(|(k, p)| (k as u32, jury_core::argmax(p) as u32)));
             let p = match index.get(&key) {
                 Some(&p) => p,
                 None => {

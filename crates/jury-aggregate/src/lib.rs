@@ -88,7 +88,7 @@ fn mean_over_judges(
     let mut unjudged = 0;
     for (n, row) in values.chunks_exact_mut(c).enumerate() {
         let mut count = 0;
-        for p in (0..j.n_judges()).filter_map(|k| j.get(n, k)) {
+        for (_, p) in j.row(n) {
             add(p, row);
             count += 1;
         }

@@ -1,7 +1,8 @@
 //! Durable, append-only cache of finished results, so a run killed at any moment (even
 //! `kill -9`) resumes without redoing or losing finished work and without duplicates.
 //!
-//! Format: JSON Lines, one `{"key": ..., "value": ...}` object per finished result,
+//! Format: JSON Lines, one `{"key": ..., "value": ..., "sum": ...}` object per finished
+//! result (`sum`: a checksum of key and value),
 //! each written with a single `write` of a whole line and flushed. Invariants:
 //! - only whole lines count: on open, a torn last line (the process died mid-write) is
 //!   cut off before anything new is appended;
@@ -25,6 +26,10 @@ pub enum CacheError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{} line {line}: not a cache record: {source}", path.display())]
     Parse { path: PathBuf, line: usize, source: serde_json::Error },
+    #[error("{0}; stopping (the cache's bad records are set to stop the run)")]
+    BadRecord(DroppedRecord),
+    #[error("{}: is a symbolic link; the cache is not opened through links (it truncates a torn last line)", path.display())]
+    Symlink { path: PathBuf },
 }
 
 /// Hex SHA-256 over the parts, each length-prefixed so `("ab", "c")` and `("a", "bc")`
@@ -78,10 +83,48 @@ pub fn dir_sha256(dir: &Path) -> Result<String, CacheError> {
     Ok(key(&parts.iter().map(|p| p.as_bytes()).collect::<Vec<_>>()))
 }
 
-#[derive(Serialize, serde::Deserialize)]
-struct Line<T> {
+#[derive(serde::Deserialize)]
+struct Line<'a> {
     key: String,
-    value: T,
+    #[serde(borrow)]
+    value: &'a serde_json::value::RawValue,
+    /// [`checksum`] of the key and the value's text; absent in records written before
+    /// checksums (trusted as they are).
+    #[serde(default)]
+    sum: Option<String>,
+}
+
+/// The record checksum: the first 16 hex digits of SHA-256 over the key and the value
+/// exactly as written.
+fn checksum(key_text: &str, value_text: &str) -> String {
+    let mut k = key(&[key_text.as_bytes(), value_text.as_bytes()]);
+    k.truncate(16);
+    k
+}
+
+/// A cache record that was left out on open (and so is computed again), and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DroppedRecord {
+    pub path: PathBuf,
+    pub line: usize,
+    pub reason: String,
+}
+
+impl std::fmt::Display for DroppedRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} line {}: {}", self.path.display(), self.line, self.reason)
+    }
+}
+
+/// What to do with a whole record that fails its checksum or the caller's value check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnBadRecord {
+    /// Leave it out (its result is computed again) and report it in [`Cache::dropped`].
+    #[default]
+    Recompute,
+    /// Stop with [`CacheError::BadRecord`].
+    Stop,
 }
 
 /// An open cache file.
@@ -89,14 +132,30 @@ pub struct Cache<T> {
     path: PathBuf,
     file: File,
     entries: HashMap<String, T>,
+    dropped: Vec<DroppedRecord>,
 }
 
 impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
     /// Opens (creating if needed) the cache at `path` and loads its whole lines.
     pub fn open(path: &Path) -> Result<Self, CacheError> {
+        Self::open_checked(path, |_| Ok(()), OnBadRecord::Recompute)
+    }
+
+    /// [`Cache::open`], with `check` run on every value read: a record whose checksum
+    /// or check fails is handled as `on_bad` says. A line that is not a record at all
+    /// is an error either way (the file is not a cache).
+    pub fn open_checked(
+        path: &Path,
+        check: impl Fn(&T) -> Result<(), String>,
+        on_bad: OnBadRecord,
+    ) -> Result<Self, CacheError> {
         let err = |source| CacheError::Io { path: path.to_owned(), source };
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(CacheError::Symlink { path: path.to_owned() });
+        }
         let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(err)?;
         let mut entries = HashMap::new();
+        let mut dropped = Vec::new();
         let mut good_len = 0u64;
         let mut reader = BufReader::new(&mut file);
         let mut buf = String::new();
@@ -111,20 +170,44 @@ impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
             if !buf.ends_with('\n') {
                 break; // torn final write: dropped below
             }
-            let line: Line<T> = serde_json::from_str(buf.trim_end()).map_err(|source| CacheError::Parse {
-                path: path.to_owned(),
-                line: line_no,
-                source,
-            })?;
-            entries.entry(line.key).or_insert(line.value);
+            let parse = |source| CacheError::Parse { path: path.to_owned(), line: line_no, source };
+            let line: Line = serde_json::from_str(buf.trim_end()).map_err(parse)?;
             good_len += n as u64;
+            let verdict = match &line.sum {
+                Some(sum) if *sum != checksum(&line.key, line.value.get()) => {
+                    Err("the record fails its checksum (edited or damaged)".to_owned())
+                }
+                _ => match serde_json::from_str::<T>(line.value.get()) {
+                    Ok(v) => check(&v).map(|()| v).map_err(|e| format!("value out of range: {e}")),
+                    Err(e) => Err(format!("value unreadable: {e}")),
+                },
+            };
+            match verdict {
+                Ok(v) => {
+                    entries.entry(line.key).or_insert(v);
+                }
+                Err(reason) => dropped.push((line.key, DroppedRecord { path: path.to_owned(), line: line_no, reason })),
+            }
+        }
+        // A bad record whose key a later whole record holds was computed again already.
+        let dropped: Vec<DroppedRecord> =
+            dropped.into_iter().filter(|(k, _)| !entries.contains_key(k)).map(|(_, d)| d).collect();
+        if on_bad == OnBadRecord::Stop
+            && let Some(first) = dropped.first()
+        {
+            return Err(CacheError::BadRecord(first.clone()));
         }
         drop(reader);
         if file.metadata().map_err(err)?.len() != good_len {
             file.set_len(good_len).map_err(err)?;
         }
         file.seek(SeekFrom::End(0)).map_err(err)?;
-        Ok(Self { path: path.to_owned(), file, entries })
+        Ok(Self { path: path.to_owned(), file, entries, dropped })
+    }
+
+    /// The records left out on open (each is computed again and appended anew).
+    pub fn dropped(&self) -> &[DroppedRecord] {
+        &self.dropped
     }
 
     pub fn get(&self, key: &str) -> Option<&T> {
@@ -144,9 +227,11 @@ impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
         if self.entries.contains_key(&key) {
             return Ok(());
         }
-        let mut text = serde_json::to_string(&Line { key: key.clone(), value: value.clone() })
-            .map_err(|source| CacheError::Parse { path: self.path.clone(), line: 0, source })?;
-        text.push('\n');
+        let ser = |source| CacheError::Parse { path: self.path.clone(), line: 0, source };
+        let key_json = serde_json::to_string(&key).map_err(ser)?;
+        let value_text = serde_json::to_string(&value).map_err(ser)?;
+        let sum = checksum(&key, &value_text);
+        let text = format!("{{\"key\":{key_json},\"value\":{value_text},\"sum\":\"{sum}\"}}\n");
         let err = |source| CacheError::Io { path: self.path.clone(), source };
         self.file.write_all(text.as_bytes()).map_err(err)?;
         self.file.flush().map_err(err)?;
@@ -208,7 +293,54 @@ mod tests {
         c.insert("c".into(), 0.75).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
-        assert!(text.ends_with("{\"key\":\"c\",\"value\":0.75}\n"));
+        assert!(text.ends_with(&format!("{{\"key\":\"c\",\"value\":0.75,\"sum\":\"{}\"}}\n", checksum("c", "0.75"))));
+    }
+
+    #[test]
+    fn edited_or_out_of_range_records_are_recomputed_or_stop_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        let mut c: Cache<f64> = Cache::open(&p).unwrap();
+        c.insert("a".into(), 0.25).unwrap();
+        c.insert("b".into(), 0.5).unwrap();
+        drop(c);
+        // A hand edit of one value, and a record from before checksums with a value
+        // outside the caller's range.
+        let text = std::fs::read_to_string(&p).unwrap().replace("0.25", "0.95") + "{\"key\":\"d\",\"value\":1.5}\n";
+        std::fs::write(&p, text).unwrap();
+        let in_unit = |v: &f64| if (0.0..=1.0).contains(v) { Ok(()) } else { Err(format!("{v} is not in [0, 1]")) };
+        let c: Cache<f64> = Cache::open_checked(&p, in_unit, OnBadRecord::Recompute).unwrap();
+        assert_eq!((c.get("a"), c.get("b"), c.get("d")), (None, Some(&0.5), None));
+        let shown: Vec<String> = c.dropped().iter().map(ToString::to_string).collect();
+        assert!(shown[0].contains("c.jsonl line 1: the record fails its checksum"), "{shown:?}");
+        assert!(shown[1].contains("line 3: value out of range: 1.5 is not in [0, 1]"), "{shown:?}");
+        drop(c);
+        let e = Cache::<f64>::open_checked(&p, in_unit, OnBadRecord::Stop).err().unwrap().to_string();
+        assert!(e.contains("line 1") && e.contains("stopping"), "{e}");
+        // A recomputed record is appended anew and then read back; the bad line it
+        // replaces is no longer reported.
+        let mut c: Cache<f64> = Cache::open_checked(&p, in_unit, OnBadRecord::Recompute).unwrap();
+        c.insert("a".into(), 0.25).unwrap();
+        drop(c);
+        let c: Cache<f64> = Cache::open_checked(&p, in_unit, OnBadRecord::Recompute).unwrap();
+        assert_eq!(c.get("a"), Some(&0.25));
+        assert_eq!(c.dropped().len(), 1, "only line 3 (key d) is still bad");
+    }
+
+    #[test]
+    fn floats_round_trip_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        let values = [0.1 + 0.2, 1.0 / 3.0, 2.2250738585072014e-308, 0.9999999999999999, 5e-324];
+        let mut c: Cache<f64> = Cache::open(&p).unwrap();
+        for (i, v) in values.iter().enumerate() {
+            c.insert(i.to_string(), *v).unwrap();
+        }
+        drop(c);
+        let c: Cache<f64> = Cache::open(&p).unwrap();
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(c.get(&i.to_string()).unwrap().to_bits(), v.to_bits());
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use jury_aggregate::{
     Aggregation, Aggregator, AverageProb, ClassPrior, DawidSkene, DawidSkeneConfig, EmInit, MajorityVote, TieBreak,
 };
 use jury_core::{Judgments, Labels};
-use jury_io::{read_judgments, read_labels, write_atomic};
+use jury_io::{OutputDir, Owner, read_judgments, read_labels, write_atomic};
 use serde_json::json;
 
 use crate::neural::{NeuralMethod, NeuralOptions, SkillInit};
@@ -93,6 +93,10 @@ pub struct Args {
     /// Output directory for metrics.json and predictions.csv.
     #[arg(long)]
     out: PathBuf,
+    /// Replace an output directory that holds another command's output or files jury
+    /// did not write.
+    #[arg(long)]
+    force: bool,
     /// Tie rule for avg and mv (and ds's final labels): positive, negative or random.
     #[arg(long, default_value = "positive")]
     ties: String,
@@ -278,6 +282,9 @@ impl Settings {
             "random" => EmInit::Random { seed: a.seed },
             other => bail!("unknown --ds-init `{other}` (known: mv, random)"),
         };
+        if !(a.ds_tol.is_finite() && a.ds_tol >= 0.0) {
+            bail!("--ds-tol {}: expected a finite number, 0 or more", a.ds_tol);
+        }
         let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, ties };
         let (methods, neural) = Method::parse_list(&a.methods)?;
         let neural_opts = if neural.is_empty() {
@@ -294,10 +301,15 @@ impl Settings {
             let lambdas = a
                 .lambdas
                 .split(',')
-                .map(|x| x.trim().parse::<f64>().ok().filter(|l| *l >= 0.0))
+                .map(|x| x.trim().parse::<f64>().ok().filter(|l| l.is_finite() && *l >= 0.0))
                 .collect::<Option<Vec<f64>>>()
                 .filter(|v| !v.is_empty());
-            let Some(lambdas) = lambdas else { bail!("--lambdas `{}`: expected non-negative numbers", a.lambdas) };
+            let Some(lambdas) = lambdas else {
+                bail!("--lambdas `{}`: expected finite non-negative numbers", a.lambdas)
+            };
+            if !(a.lr.is_finite() && a.lr > 0.0 && a.lr <= 1.0) {
+                bail!("--lr {}: expected a learning rate in (0, 1]", a.lr);
+            }
             if a.first_seed.checked_add(a.seeds as u64).is_none() {
                 bail!("--first-seed {} plus --seeds {} overflows", a.first_seed, a.seeds);
             }
@@ -342,6 +354,17 @@ impl Settings {
         Ok(Self { methods, ties, ds, neural, neural_opts })
     }
 
+    /// Whether `n_labeled` labeled examples leave a test set beside the dev set of the
+    /// context-dependent methods (checked before any embedding or judging).
+    pub fn check_labeled(&self, n_labeled: usize) -> Result<()> {
+        if let Some(opts) = &self.neural_opts
+            && n_labeled <= opts.dev_size
+        {
+            bail!("{n_labeled} labeled examples: not enough for a dev set of {} (--dev-size)", opts.dev_size);
+        }
+        Ok(())
+    }
+
     fn aggregator(&self, m: Method) -> Box<dyn Aggregator> {
         match m {
             Method::Avg => Box::new(AverageProb { ties: self.ties }),
@@ -374,17 +397,51 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    write_results(&judgments, labels.as_ref(), &settings, &args.out)
+    let source = format!("{}", args.judgments.display());
+    // Every input is read and every method run before the output directory is touched.
+    let results = results(&judgments, labels.as_ref(), &settings)?;
+    let out = OutputDir::open(&args.out, Owner { command: "aggregate".into(), source }, &FILES, args.force)?;
+    results.write(out.staging_dir(), out.dir())?;
+    out.publish()?;
+    Ok(())
 }
 
-/// Runs every method, then writes metrics.json and predictions.csv into `out` and prints
-/// the table. Nothing is written unless every method succeeded.
-pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &Settings, out: &Path) -> Result<()> {
+/// The files aggregation writes.
+pub const FILES: [&str; 2] = ["metrics.json", "predictions.csv"];
+
+/// Every method's results, ready to write.
+pub struct Results {
+    metrics: String,
+    predictions: String,
+    table: String,
+}
+
+impl Results {
+    /// Writes metrics.json and predictions.csv into `staging` (to be published into
+    /// `out`) and prints the table.
+    pub fn write(&self, staging: &Path, out: &Path) -> Result<()> {
+        write_atomic(&staging.join(FILES[0]), self.metrics.as_bytes())?;
+        write_atomic(&staging.join(FILES[1]), self.predictions.as_bytes())?;
+        print!("{}", self.table);
+        println!("wrote {} and {}", out.join(FILES[0]).display(), out.join(FILES[1]).display());
+        Ok(())
+    }
+}
+
+/// Runs every method and scores it; writes nothing.
+pub fn results(judgments: &Judgments, labels: Option<&Labels>, settings: &Settings) -> Result<Results> {
     let mut runs = Vec::with_capacity(settings.methods.len());
     for &m in &settings.methods {
         let aggregator = settings.aggregator(m);
         let start = Instant::now();
         let aggregation = aggregator.aggregate(judgments)?;
+        if let Some(n) = aggregation.posteriors().rows().position(|r| r.iter().any(|p| !p.is_finite())) {
+            bail!(
+                "{}: the posterior of example `{}` is not a number; no accuracy is reported",
+                aggregator.name(),
+                judgments.example_ids()[n]
+            );
+        }
         runs.push(MethodRun { name: aggregator.name(), aggregation, seconds: start.elapsed().as_secs_f64() });
     }
     let mut metrics = report::metrics_json(judgments, labels, &runs);
@@ -450,16 +507,12 @@ pub fn write_results(judgments: &Judgments, labels: Option<&Labels>, settings: &
                 .push_str(&format!("{:<16}  {mean:.4} +- {std:.4} on the same test splits (context-free)\n", r.name));
         }
     }
-    std::fs::create_dir_all(out).with_context(|| format!("creating output directory {}", out.display()))?;
-    let metrics_text = serde_json::to_string_pretty(&metrics).context("serialising metrics")?;
-    write_atomic(&out.join("metrics.json"), metrics_text.as_bytes())?;
-    write_atomic(&out.join("predictions.csv"), predictions.as_bytes())?;
-    print!("{}", report::table(judgments, labels, &runs));
+    let metrics = serde_json::to_string_pretty(&metrics).context("serialising metrics")?;
+    let mut table = report::table(judgments, labels, &runs);
     if !neural_table.is_empty() {
-        print!("\ncontext-dependent methods (accuracy outside each seed's dev set)\n{neural_table}");
+        table.push_str(&format!("\ncontext-dependent methods (accuracy outside each seed's dev set)\n{neural_table}"));
     }
-    println!("wrote {} and {}", out.join("metrics.json").display(), out.join("predictions.csv").display());
-    Ok(())
+    Ok(Results { metrics, predictions, table })
 }
 
 #[cfg(test)]

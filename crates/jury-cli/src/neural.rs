@@ -355,6 +355,9 @@ struct Pick {
     context: Vec<f32>,
 }
 
+/// The most memory the dense judgments of the context-dependent methods may take.
+const DENSE_LIMIT_BYTES: usize = 8 << 30;
+
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary
 /// judgments with `jury_neural::skill`, C > 2 classes with `jury_neural::multiclass`
 /// (frozen encoder only).
@@ -362,6 +365,22 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     let c = j.n_classes();
     if c > 2 && opts.finetune {
         bail!("--encoder finetune takes binary judgments; {c} classes run with the frozen encoder");
+    }
+    // These methods hold the judgments dense (N x K x C floats): refuse a sparse jury
+    // whose dense form would not fit, before any embedding.
+    let dense_bytes = j.n_examples().checked_mul(j.n_judges()).and_then(|nk| nk.checked_mul(4 * c + 1));
+    if dense_bytes.is_none_or(|b| b > DENSE_LIMIT_BYTES) {
+        bail!(
+            "{} examples x {} judges: the context-dependent methods hold every (example, judge) cell, \
+             more than {} GB here; use avg, mv or ds (sparse), or fewer judges",
+            j.n_examples(),
+            j.n_judges(),
+            DENSE_LIMIT_BYTES >> 30
+        );
+    }
+    let n_labeled = (0..j.n_examples()).filter(|&i| labels.get(i).is_some()).count();
+    if n_labeled <= opts.dev_size {
+        bail!("{n_labeled} labeled examples: not enough for a dev set of {}", opts.dev_size);
     }
     let start = Instant::now();
     // Fine-tuning reads the texts itself; the frozen mode embeds them once.
@@ -377,25 +396,18 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
     let width = if c == 2 { 1 } else { c };
     let mut y = vec![0f32; n * k * width];
     let mut present = vec![false; n * k];
-    for i in 0..n {
-        for jj in 0..k {
-            if let Some(p) = j.get(i, jj) {
-                let at = (i * k + jj) * width;
-                if c == 2 {
-                    y[at] = p[1] as f32;
-                } else {
-                    y[at..at + c].iter_mut().zip(p).for_each(|(d, s)| *d = *s as f32);
-                }
-                present[i * k + jj] = true;
-            }
+    for (i, jj, p) in j.entries() {
+        let at = (i * k + jj) * width;
+        if c == 2 {
+            y[at] = p[1] as f32;
+        } else {
+            y[at..at + c].iter_mut().zip(p).for_each(|(d, s)| *d = *s as f32);
         }
+        present[i * k + jj] = true;
     }
     let data = JuryData { n, k, y: &y, present: &present };
     let multi = multiclass::MultiData { n, k, c, y: &y, present: &present };
     let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
-    if labeled.len() <= opts.dev_size {
-        bail!("{} labeled examples: not enough for a dev set of {}", labeled.len(), opts.dev_size);
-    }
     let judge_acc: Vec<f64> = (0..k)
         .map(|jj| {
             let (mut right, mut all) = (0usize, 0usize);
@@ -570,6 +582,14 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
             let Some(Pick { dev_acc, lambda, epoch, posteriors: post, slopes, context }) = best else {
                 bail!("no epochs were trained")
             };
+            if let Some(i) = post.iter().position(|p| !p.is_finite()) {
+                bail!(
+                    "{} seed {seed} (lambda {lambda}, epoch {epoch}): the posterior of example `{}` is not a number; \
+                     no accuracy is reported (check --lr and the contexts' embeddings)",
+                    method.name(),
+                    j.example_ids()[i / width]
+                );
+            }
             let acc = share_correct(&post, &test, labels);
             let mut context_note = String::new();
             if !context.is_empty() {

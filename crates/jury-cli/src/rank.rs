@@ -219,15 +219,34 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("{} judge comparisons ({} prompts each)", ranking.evaluations, responses.n_prompts());
     if let Some((order, score)) = scored {
-        let rbo = rank_biased_overlap(&ranking.order, &order, RBO_P);
-        let ap = average_precision_at_k(&ranking.order, &order, args.k);
-        let rho = spearman(&ranking.order, &order);
+        // A ranking of models that all score the same is the tie order by index: scoring
+        // it (or against it) would report agreement that nobody measured.
+        let tied = |s: &[f64]| s.iter().all(|&x| (x - s[0]).abs() < 1e-12);
+        let undetermined = if tied(&score) {
+            Some(format!("the reference `{}` scores every model the same", args.reference))
+        } else if ranking.scores.as_deref().is_some_and(tied) {
+            Some("the ranking scores every model the same".to_owned())
+        } else {
+            None
+        };
+        let (rbo, ap, rho) = match &undetermined {
+            Some(why) => {
+                println!("no agreement with the reference: {why}");
+                (None, None, None)
+            }
+            None => (
+                rank_biased_overlap(&ranking.order, &order, RBO_P),
+                average_precision_at_k(&ranking.order, &order, args.k),
+                spearman(&ranking.order, &order),
+            ),
+        };
         doc["reference"] = json!({
             "name": args.reference,
             "ranking": order.iter().map(|&m| json!({"model": models[m], "score": score[m]})).collect::<Vec<_>>(),
             "rbo": rbo,
             format!("map_at_{}", args.k): ap,
             "spearman": rho,
+            "undetermined": undetermined,
         });
         let f = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.3}"));
         println!("against `{}`: RBO(p=0.95) {}  MAP@{} {}  Spearman {}", args.reference, f(rbo), args.k, f(ap), f(rho));

@@ -13,17 +13,21 @@ use crate::aggregate::MethodRun;
 
 const ECE_BINS: usize = 10;
 
-fn coverage(j: &Judgments, k: usize) -> f64 {
-    (0..j.n_examples()).filter(|&n| j.get(n, k).is_some()).count() as f64 / j.n_examples() as f64
+/// Each judge's share of the examples it judged.
+fn coverage(j: &Judgments) -> Vec<f64> {
+    let mut count = vec![0usize; j.n_judges()];
+    j.entries().for_each(|(_, k, _)| count[k] += 1);
+    count.into_iter().map(|c| c as f64 / j.n_examples() as f64).collect()
 }
 
 pub fn metrics_json(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> Value {
     let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
+    let cover = coverage(j);
     let judges: serde_json::Map<String, Value> = j
         .judge_names()
         .iter()
         .enumerate()
-        .map(|(k, name)| (name.clone(), json!({ "accuracy": judge_acc[k], "coverage": coverage(j, k) })))
+        .map(|(k, name)| (name.clone(), json!({ "accuracy": judge_acc[k], "coverage": cover[k] })))
         .collect();
     let methods: serde_json::Map<String, Value> = runs
         .iter()
@@ -118,6 +122,18 @@ fn fmt_opt(x: Option<f64>) -> String {
     x.map_or_else(|| "-".to_owned(), |x| format!("{x:.4}"))
 }
 
+/// The longest judge name the table shows whole; longer ones are cut with an ellipsis
+/// (the files keep them whole).
+const NAME_WIDTH: usize = 40;
+
+fn shown_name(name: &str) -> String {
+    if name.chars().count() <= NAME_WIDTH {
+        name.to_owned()
+    } else {
+        name.chars().take(NAME_WIDTH - 1).chain(std::iter::once('…')).collect()
+    }
+}
+
 pub fn table(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -129,10 +145,12 @@ pub fn table(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> Stri
         labels.map_or(0, Labels::n_labeled)
     );
     let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
-    let width = j.judge_names().iter().map(String::len).max().unwrap_or(5).max(6);
+    let cover = coverage(j);
+    let names: Vec<String> = j.judge_names().iter().map(|n| shown_name(n)).collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(5).max(6);
     let _ = writeln!(s, "\n{:<width$}  {:>8}  {:>8}", "judge", "accuracy", "coverage");
-    for (k, name) in j.judge_names().iter().enumerate() {
-        let _ = writeln!(s, "{name:<width$}  {:>8}  {:>8.3}", fmt_opt(judge_acc[k]), coverage(j, k));
+    for (k, name) in names.iter().enumerate() {
+        let _ = writeln!(s, "{name:<width$}  {:>8}  {:>8.3}", fmt_opt(judge_acc[k]), cover[k]);
     }
     let _ = writeln!(s, "\n{:<width$}  {:>8}  {:>8}  {:>8}  notes", "method", "accuracy", "brier", "ece");
     for r in runs {
@@ -149,4 +167,20 @@ pub fn table(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> Stri
         let _ = writeln!(s, "{:<width$}  {:>8}  {:>8}  {:>8}  {notes}", r.name, fmt_opt(acc), fmt_opt(b), fmt_opt(e));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_very_long_judge_name_is_cut_in_the_table_only() {
+        let long = "j".repeat(70_000);
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e1", &long, Some(0.9)).unwrap();
+        b.push_binary("e1", "short", Some(0.2)).unwrap();
+        let t = table(&b.build(), None, &[]);
+        assert!(t.contains(&format!("{}…", "j".repeat(NAME_WIDTH - 1))), "{t}");
+        assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
+    }
 }

@@ -18,6 +18,10 @@ use crate::aggregate::{self, Settings};
 pub struct Args {
     /// Experiment file (YAML); see configs/demo.yaml.
     config: PathBuf,
+    /// Replace an output directory that holds another experiment's output or files jury
+    /// did not write (`overwrite: true` in the experiment).
+    #[arg(long)]
+    force: bool,
 }
 
 /// The YAML experiment, with this program's aggregation options.
@@ -27,8 +31,9 @@ pub type Experiment = jury_runner::Experiment<aggregate::Options>;
 /// any thread starts: candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
 pub fn prepare(args: &Args) -> Result<Experiment> {
     let mut exp = Experiment::read(&args.config)?;
+    exp.overwrite |= args.force;
     if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
-        exp.aggregate.contexts = Some(OutputLayout::new(&exp.output).contexts());
+        exp.aggregate.contexts = Some(OutputLayout::published_contexts(&exp.output));
     }
     Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
     if exp.runtime.dequantize && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
@@ -38,13 +43,22 @@ pub fn prepare(args: &Args) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// Runs an experiment returned by [`prepare`].
+/// Runs an experiment returned by [`prepare`]. Every output file but the judgment
+/// cache is staged and published only when aggregation has succeeded too.
 pub fn run(exp: Experiment) -> Result<()> {
     let started = Instant::now();
-    let settings = Settings::new(&exp.aggregate)?;
-    let layout = OutputLayout::new(&exp.output);
-    let run = jury_runner::judge_experiment(&exp, &layout, &MultiProgress::new())?;
-    jury_runner::write_judging(&layout, &exp, &run, exp.aggregate.contexts.as_deref())?;
+    let prepared = jury_runner::prepare(&exp)?;
+    let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();
+    Settings::new(&exp.aggregate)?.check_labeled(labeled).context("`aggregate`")?;
+    let (layout, run) = prepared.judge(&MultiProgress::new())?;
+    // Contexts the run derives itself are staged with the rest; aggregation reads them there.
+    let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
+    jury_runner::write_judging(&layout, &exp, &run, own_contexts)?;
+    let mut options = exp.aggregate.clone();
+    if own_contexts {
+        options.contexts = Some(layout.contexts());
+    }
+    let settings = Settings::new(&options)?;
     println!();
     for j in &run.judges {
         let s = &j.results.summary;
@@ -54,7 +68,7 @@ pub fn run(exp: Experiment) -> Result<()> {
         );
     }
     println!();
-    aggregate::write_results(&run.judgments, Some(&run.labels), &settings, layout.dir())?;
+    aggregate::results(&run.judgments, Some(&run.labels), &settings)?.write(layout.staging_dir(), layout.dir())?;
     println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
     let exact = run.exact_shares();
     if exact.values().any(|&e| e < 1.0) {
@@ -62,5 +76,6 @@ pub fn run(exp: Experiment) -> Result<()> {
     }
     let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
     Manifest::new(&exp, &run, dequantized, started.elapsed().as_secs_f64()).write(&layout)?;
+    layout.publish()?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use jury_io::{csv_field, write_atomic};
+use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use jury_sim::{JuryConfig, simulate};
 
 #[derive(clap::Args)]
@@ -19,6 +19,10 @@ pub struct Args {
     /// Output directory (created if needed).
     #[arg(long)]
     out: PathBuf,
+    /// Replace an output directory that holds another command's output or files jury
+    /// did not write.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -43,9 +47,11 @@ pub fn run(args: Args) -> Result<()> {
     for (id, t) in j.example_ids().iter().zip(&jury.truth) {
         let _ = writeln!(labels, "{},{}", csv_field(id), t);
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    write_atomic(&args.out.join("judgments.csv"), judgments.as_bytes())?;
-    write_atomic(&args.out.join("labels.csv"), labels.as_bytes())?;
+    let owner = Owner { command: "simulate".into(), source: "a simulated jury".into() };
+    let out = OutputDir::open(&args.out, owner, &["judgments.csv", "labels.csv"], args.force)?;
+    write_atomic(&out.staged("judgments.csv"), judgments.as_bytes())?;
+    write_atomic(&out.staged("labels.csv"), labels.as_bytes())?;
+    out.publish()?;
     println!(
         "wrote {} examples x {} judges ({} entries) to {}",
         j.n_examples(),

@@ -35,9 +35,10 @@ pub struct Args {
     /// also present in FILE is left out of its own prior).
     #[arg(long, default_value = "none")]
     prior: String,
-    /// Evaluator name of the human-label rows.
-    #[arg(long, default_value = "human")]
-    human: String,
+    /// Evaluator name of the human-label rows (default `human`; a name given here must
+    /// have rows).
+    #[arg(long)]
+    human: Option<String>,
     /// Only these evaluators (comma-separated names); all by default.
     #[arg(long)]
     evaluators: Option<String>,
@@ -95,25 +96,36 @@ pub fn run(args: Args) -> Result<()> {
     }
     let cfg = SamplingConfig { draws: args.draws, burn_in: args.burn_in, level: args.level, seed: args.seed };
     let keep: Option<Vec<&str>> = args.evaluators.as_deref().map(|s| s.split(',').map(str::trim).collect());
+    let human = args.human.as_deref().unwrap_or("human");
     let filter = |rows: Vec<ComparisonRow>| -> Vec<ComparisonRow> {
         match &keep {
-            Some(k) => {
-                rows.into_iter().filter(|r| r.evaluator == args.human || k.contains(&r.evaluator.as_str())).collect()
-            }
+            Some(k) => rows.into_iter().filter(|r| r.evaluator == human || k.contains(&r.evaluator.as_str())).collect(),
             None => rows,
         }
     };
     let rows = filter(read_comparisons(&args.comparisons)?);
+    if let Some(name) = &args.human
+        && !rows.iter().any(|r| &r.evaluator == name)
+    {
+        let mut known: Vec<&str> = rows.iter().map(|r| r.evaluator.as_str()).collect();
+        known.sort_unstable();
+        known.dedup();
+        bail!(
+            "--human `{name}`: no rows of that evaluator in {} (evaluators there: {})",
+            args.comparisons.display(),
+            known.join(", ")
+        );
+    }
     if let Some(k) = &keep
         && let Some(missing) = k.iter().find(|name| !rows.iter().any(|r| r.evaluator == **name))
     {
         bail!("--evaluators: `{missing}` has no rows in {}", args.comparisons.display());
     }
-    let pairs = group(&rows, &args.human).with_context(|| format!("{}", args.comparisons.display()))?;
+    let pairs = group(&rows, human).with_context(|| format!("{}", args.comparisons.display()))?;
     let ood = match &prior {
         Prior::Ood(path) => {
             let rows = filter(read_comparisons(path)?);
-            Some(group(&rows, &args.human).with_context(|| format!("{}", path.display()))?)
+            Some(group(&rows, human).with_context(|| format!("{}", path.display()))?)
         }
         _ => None,
     };

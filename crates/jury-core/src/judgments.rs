@@ -6,20 +6,24 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::{CoreError, argmax, normalize_prob_vector};
 
-/// A validated judgments matrix.
+/// A validated judgments matrix, stored sparse: memory follows the entries present, not
+/// examples x judges (a crowd of 200,000 judges who each judged one example is a few
+/// megabytes).
 ///
 /// Invariants: every present entry is a probability vector of length `n_classes` summing
 /// to 1; `n_classes >= 2`; example ids and judge names are unique. For binary tasks class
-/// 1 is the positive class ("Yes", "A") and an entry is `[1 - p, p]`.
+/// 1 is the positive class ("Yes", "A") and an entry is `[1 - p, p]`. Storage is
+/// compressed rows: example `n`'s entries are `row_start[n]..row_start[n + 1]`, their
+/// judges strictly increasing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judgments {
     example_ids: Vec<String>,
     judge_names: Vec<String>,
     n_classes: usize,
-    /// Row-major `[example][judge][class]`; zeros where the entry is missing.
+    row_start: Vec<usize>,
+    judges: Vec<u32>,
+    /// `[entry][class]`.
     probs: Vec<f64>,
-    /// Row-major `[example][judge]`.
-    present: Vec<bool>,
 }
 
 impl Judgments {
@@ -69,8 +73,21 @@ impl Judgments {
 
     /// Judge `k`'s probability vector on example `n`, or `None` when missing.
     pub fn get(&self, n: usize, k: usize) -> Option<&[f64]> {
-        let idx = n * self.n_judges() + k;
-        self.present[idx].then(|| &self.probs[idx * self.n_classes..(idx + 1) * self.n_classes])
+        let (lo, hi) = (self.row_start[n], self.row_start[n + 1]);
+        let at = lo + self.judges[lo..hi].binary_search(&(k as u32)).ok()?;
+        Some(&self.probs[at * self.n_classes..(at + 1) * self.n_classes])
+    }
+
+    /// Example `n`'s present entries: (judge, probability vector), judges increasing.
+    pub fn row(&self, n: usize) -> impl ExactSizeIterator<Item = (usize, &[f64])> + '_ {
+        let (lo, hi) = (self.row_start[n], self.row_start[n + 1]);
+        let c = self.n_classes;
+        self.judges[lo..hi].iter().zip(self.probs[lo * c..hi * c].chunks_exact(c)).map(|(&k, p)| (k as usize, p))
+    }
+
+    /// Every present entry: (example, judge, probability vector), example-major.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, usize, &[f64])> + '_ {
+        (0..self.n_examples()).flat_map(move |n| self.row(n).map(move |(k, p)| (n, k, p)))
     }
 
     /// Judge `k`'s hard vote on example `n` (argmax, lowest class on exact ties, so a
@@ -81,7 +98,7 @@ impl Judgments {
 
     /// Number of present entries.
     pub fn n_present(&self) -> usize {
-        self.present.iter().filter(|&&p| p).count()
+        self.judges.len()
     }
 
     /// The same data with judges in the order `order` (indices into the current judges).
@@ -113,7 +130,7 @@ pub struct JudgmentsBuilder {
     example_ids: Vec<String>,
     judge_names: Vec<String>,
     /// (example, judge) -> start of its probabilities in `values`, or `MISSING` for an
-    /// explicitly missing entry.
+    /// explicitly missing entry. `u32` indices: at most 4 billion values.
     entries: HashMap<(u32, u32), u32>,
     values: Vec<f64>,
 }
@@ -181,17 +198,30 @@ impl JudgmentsBuilder {
     }
 
     pub fn build(self) -> Judgments {
-        let (n, k, c) = (self.example_ids.len(), self.judge_names.len(), self.n_classes);
-        let mut probs = vec![0.0; n * k * c];
-        let mut present = vec![false; n * k];
-        for ((e, j), start) in self.entries {
-            if start != MISSING {
-                let (idx, start) = (e as usize * k + j as usize, start as usize);
-                present[idx] = true;
-                probs[idx * c..(idx + 1) * c].copy_from_slice(&self.values[start..start + c]);
-            }
+        let (n, c) = (self.example_ids.len(), self.n_classes);
+        let mut present: Vec<(u32, u32, u32)> =
+            self.entries.into_iter().filter(|&(_, start)| start != MISSING).map(|((e, j), s)| (e, j, s)).collect();
+        present.sort_unstable();
+        let mut row_start = vec![0usize; n + 1];
+        for &(e, _, _) in &present {
+            row_start[e as usize + 1] += 1;
         }
-        Judgments { example_ids: self.example_ids, judge_names: self.judge_names, n_classes: c, probs, present }
+        for i in 0..n {
+            row_start[i + 1] += row_start[i];
+        }
+        let mut probs = Vec::with_capacity(present.len() * c);
+        for &(_, _, start) in &present {
+            probs.extend_from_slice(&self.values[start as usize..start as usize + c]);
+        }
+        let judges = present.into_iter().map(|(_, j, _)| j).collect();
+        Judgments {
+            example_ids: self.example_ids,
+            judge_names: self.judge_names,
+            n_classes: c,
+            row_start,
+            judges,
+            probs,
+        }
     }
 }
 
@@ -233,6 +263,23 @@ mod tests {
         assert!(b.push_binary("e", "k", Some(1.5)).is_err());
         assert!(b.push("e", "k", Some(vec![0.5, 0.5, 0.0])).is_err());
         assert!(JudgmentsBuilder::new(1).is_err());
+    }
+
+    #[test]
+    fn rows_list_present_entries_in_judge_order() {
+        let mut b = JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e1", "j3", Some(0.3)).unwrap();
+        b.push_binary("e1", "j1", Some(0.1)).unwrap();
+        b.push_binary("e2", "j2", None).unwrap();
+        b.push_binary("e3", "j2", Some(0.2)).unwrap();
+        let j = b.build();
+        let row: Vec<(usize, f64)> = j.row(0).map(|(k, p)| (k, p[1])).collect();
+        // Judges are numbered by first appearance: j3 = 0, j1 = 1, j2 = 2.
+        assert_eq!(row, [(0, 0.3), (1, 0.1)]);
+        assert_eq!(j.row(1).len(), 0);
+        assert_eq!(j.entries().map(|(n, k, _)| (n, k)).collect::<Vec<_>>(), [(0, 0), (0, 1), (2, 2)]);
+        assert_eq!(j.get(2, 2).map(|p| p[1]), Some(0.2));
+        assert_eq!(j.get(2, 0), None);
     }
 
     #[test]

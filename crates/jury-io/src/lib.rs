@@ -6,10 +6,12 @@
 //! guessing. Outputs are written to a temporary file in the target directory and renamed
 //! into place, so a reader never sees a half-written file.
 
+mod output;
 mod pairwise;
 mod table;
 mod write;
 
+pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ComparisonRow, ResponseTable, read_comparisons, read_responses};
 pub use table::{read_judgments, read_labels, read_texts};
 pub use write::{csv_field, write_atomic};

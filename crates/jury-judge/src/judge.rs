@@ -78,6 +78,24 @@ fn observed() -> bool {
 }
 
 impl Verdict {
+    /// Whether the numbers can be a verdict (probabilities finite and in [0, 1]), for
+    /// values read back from a cache.
+    pub fn check(&self) -> Result<(), String> {
+        let probs = [Some(self.p_positive), Some(self.p_negative), self.p_tie, self.y, self.unobserved_bound];
+        let names = ["p_positive", "p_negative", "p_tie", "y", "unobserved_bound"];
+        for (name, p) in names.iter().zip(probs) {
+            if let Some(p) = p
+                && !(0.0..=1.0).contains(&p)
+            {
+                return Err(format!("{name} = {p} is not a probability"));
+            }
+        }
+        if !(0.0..=1.0 + 1e-9).contains(&self.mass) {
+            return Err(format!("mass = {} is not a probability", self.mass));
+        }
+        Ok(())
+    }
+
     /// Position-bias de-biasing (SkillAggregation paper, section 6.6): the verdict on a
     /// pair shown as (A, B) and on the same pair shown as (B, A), combined in the
     /// original orientation. Positive/negative of `swapped` are exchanged before

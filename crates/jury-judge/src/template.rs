@@ -30,8 +30,36 @@ impl Template {
             .map_err(|e| JudgeError::Template { path: path.to_owned(), reason: e.to_string() })?;
         let mut t: Template = serde_yaml::from_str(&text)
             .map_err(|e| JudgeError::Template { path: path.to_owned(), reason: e.to_string() })?;
+        t.check().map_err(|reason| JudgeError::Template { path: path.to_owned(), reason })?;
         t.source_text = text;
         Ok(t)
+    }
+
+    /// The verdict words must be non-empty and distinct (trimmed): the same word for
+    /// two classes would read one probability twice.
+    fn check(&self) -> Result<(), String> {
+        let mut words = vec![("positive", &self.positive), ("negative", &self.negative)];
+        if let Some(t) = &self.tie {
+            words.push(("tie", t));
+        }
+        for (i, (name, w)) in words.iter().enumerate() {
+            if w.trim().is_empty() {
+                return Err(format!("`{name}` is empty"));
+            }
+            if let Some((other, _)) = words[..i].iter().find(|(_, v)| v.trim() == w.trim()) {
+                return Err(format!("`{name}` and `{other}` are the same word `{}`", w.trim()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every placeholder of the user turn is a field of `fields` (an
+    /// example of the data set), naming the missing ones and the fields there are.
+    pub fn check_fields(&self, fields: &BTreeMap<String, String>) -> Result<(), String> {
+        self.render_user(fields).map(|_| ()).map_err(|e| {
+            let known: Vec<&str> = fields.keys().map(String::as_str).collect();
+            format!("{e} (the data set's fields: {})", known.join(", "))
+        })
     }
 
     /// The user turn with every `{name}` replaced by `fields[name]`; an unknown
@@ -73,6 +101,7 @@ mod tests {
         assert_eq!(t.render_user(&f).unwrap(), "Q: Why?\nA: Because.");
         f.remove("answer");
         assert!(t.render_user(&f).unwrap_err().contains("{answer}"));
+        assert!(t.check_fields(&f).unwrap_err().contains("fields: question"));
     }
 
     #[test]
@@ -86,5 +115,25 @@ mod tests {
         }
         let halu = Template::load(&dir.join("halueval-dialogue.yaml")).unwrap();
         assert!(halu.system.len() > 2500, "the HaluEval instruction is a long few-shot text");
+    }
+
+    #[test]
+    fn verdict_words_are_non_empty_and_distinct() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |pos: &str, neg: &str, tie: &str| {
+            let p = dir.path().join("t.yaml");
+            std::fs::write(
+                &p,
+                format!("task: t\nsystem: s\nuser: u\nanswer_prefix: \"[[\"\npositive: \"{pos}\"\nnegative: \"{neg}\"\n{tie}"),
+            )
+            .unwrap();
+            Template::load(&p).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert!(write("Yes", "No", "").is_ok());
+        assert!(write("Yes", "Yes", "").unwrap_err().contains("`negative` and `positive` are the same word"));
+        assert!(write(" Yes", "Yes ", "").is_err());
+        assert!(write("", "No", "").unwrap_err().contains("`positive` is empty"));
+        assert!(write("A", "B", "tie: \"A\"\n").unwrap_err().contains("`tie` and `positive`"));
+        assert!(write("A", "B", "tie: \"C\"\n").is_ok());
     }
 }

@@ -7,7 +7,7 @@ mod ranking;
 
 pub use ranking::{average_precision_at_k, rank_biased_overlap, spearman};
 
-use jury_core::{Judgments, Labels, Posteriors};
+use jury_core::{Judgments, Labels, Posteriors, argmax};
 
 /// Fraction of labeled examples whose predicted label matches. `predicted` is in the
 /// labels' example order.
@@ -23,18 +23,15 @@ pub fn accuracy(predicted: &[usize], labels: &Labels) -> Option<f64> {
 /// Each judge's accuracy (hard vote vs label) over the examples it judged that have a
 /// label; `None` for a judge with no such example.
 pub fn judge_accuracies(judgments: &Judgments, labels: &Labels) -> Vec<Option<f64>> {
-    (0..judgments.n_judges())
-        .map(|k| {
-            let (mut hits, mut total) = (0usize, 0usize);
-            for n in 0..judgments.n_examples() {
-                if let (Some(v), Some(l)) = (judgments.vote(n, k), labels.get(n)) {
-                    hits += usize::from(v == l);
-                    total += 1;
-                }
-            }
-            (total > 0).then(|| hits as f64 / total as f64)
-        })
-        .collect()
+    let mut hits = vec![0usize; judgments.n_judges()];
+    let mut total = vec![0usize; judgments.n_judges()];
+    for (n, k, p) in judgments.entries() {
+        if let Some(l) = labels.get(n) {
+            hits[k] += usize::from(argmax(p) == l);
+            total[k] += 1;
+        }
+    }
+    hits.iter().zip(&total).map(|(&h, &t)| (t > 0).then(|| h as f64 / t as f64)).collect()
 }
 
 /// Brier score of the posteriors. Binary: mean of (P(positive) - y)^2, the usual

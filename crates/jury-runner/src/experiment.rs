@@ -39,6 +39,10 @@ pub struct Experiment<A> {
     #[serde(default)]
     pub aggregate: A,
     pub output: PathBuf,
+    /// Replace an output directory that holds another experiment's output or files jury
+    /// did not write (`jury run --force`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overwrite: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -144,6 +148,9 @@ pub struct Runtime {
     pub max_prompt_tokens: usize,
     /// Also write `prompts.jsonl`: each judged token sequence (for engine comparisons).
     pub dump_prompts: bool,
+    /// A cache record that fails its checksum or holds no probability: `recompute` (judge
+    /// the example again, with a warning naming file and line) or `stop`.
+    pub bad_cache_records: jury_cache::OnBadRecord,
 }
 
 impl Default for Runtime {
@@ -153,7 +160,14 @@ impl Default for Runtime {
         // with 4 in flight (mistral.rs 0.8.1 batches slower than it runs one by one on
         // a CPU), 56 s with the prefix cache. The judge bounds the cache's memory itself
         // (`jury_judge::Judge` flushes it every 16 judgments on a CPU).
-        Self { dequantize: true, prefix_cache: true, max_concurrency: 1, max_prompt_tokens: 2048, dump_prompts: false }
+        Self {
+            dequantize: true,
+            prefix_cache: true,
+            max_concurrency: 1,
+            max_prompt_tokens: 2048,
+            dump_prompts: false,
+            bad_cache_records: jury_cache::OnBadRecord::Recompute,
+        }
     }
 }
 
@@ -185,6 +199,9 @@ impl<A> Experiment<A> {
             return Err(invalid(
                 "runtime: `prefix_cache: true` needs `max_concurrency: 1` (mistral.rs 0.8.1 crashes batching cached prefixes); set one of them".into(),
             ));
+        }
+        if self.dataset.limit == Some(0) {
+            return Err(invalid("dataset: `limit` must be at least 1 (leave it out for every example)".into()));
         }
         let mut names = HashSet::new();
         for j in &self.judges {

@@ -40,6 +40,8 @@ pub enum RunError {
     Io(#[from] jury_io::IoError),
     #[error(transparent)]
     Core(#[from] jury_core::CoreError),
+    #[error(transparent)]
+    Output(#[from] jury_io::OutputError),
     #[error("judge `{judge}`: {reason}")]
     Setup { judge: String, reason: String },
     #[error("{}: cannot write: {reason}", path.display())]

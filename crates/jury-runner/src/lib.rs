@@ -16,4 +16,4 @@ pub use judging::{
     any_judgment_key, judgment_key, run_judge, run_jury, server_counters,
 };
 pub use output::{Manifest, OutputLayout, write_judging};
-pub use stages::{Examples, JudgeRecord, JuryRun, judge_experiment, jurors, sample_examples};
+pub use stages::{Examples, JudgeRecord, JuryRun, Prepared, jurors, prepare, sample_examples};

@@ -1,79 +1,115 @@
 //! What `jury run` writes, and where: one [`OutputLayout`] names every file of an
 //! output directory, and the judging stage's files are written from a [`JuryRun`].
 //!
-//! Every file is written whole through a temporary file and a rename
-//! (`jury_io::write_atomic`); `cache.jsonl` is the one file appended to.
+//! Every file is written whole into a staging folder and published with the rest at
+//! the end; `cache.jsonl` is the one file appended to in place.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use jury_datasets::Example;
-use jury_io::{csv_field, write_atomic};
+use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use serde::Serialize;
 
 use crate::experiment::Experiment;
 use crate::judging::{JurorInfo, RunError};
 use crate::stages::JuryRun;
 
-/// The files of a `jury run` output directory.
-#[derive(Debug, Clone)]
+/// The files of a `jury run` output directory, held for one run (`jury_io::OutputDir`:
+/// a lock, refusal of another experiment's output, no symbolic links). Every file but
+/// the cache is written into the staging folder and published together by
+/// [`OutputLayout::publish`] once the whole run has succeeded; `cache.jsonl` is appended
+/// to in place as judgments finish.
+#[derive(Debug)]
 pub struct OutputLayout {
-    dir: PathBuf,
+    out: OutputDir,
 }
 
+const CACHE: &str = "cache.jsonl";
+const JUDGMENTS: &str = "judgments.csv";
+const LABELS: &str = "labels.csv";
+const FAILURES: &str = "failures.csv";
+const BY_ORDER: &str = "judgments_by_order.csv";
+const PROMPTS: &str = "prompts.jsonl";
+const CONTEXTS: &str = "contexts.csv";
+const RESOLVED: &str = "config.resolved.yaml";
+const MANIFEST: &str = "manifest.json";
+/// Written by aggregation into [`OutputLayout::staging_dir`].
+const AGGREGATION: [&str; 2] = ["metrics.json", "predictions.csv"];
+
 impl OutputLayout {
-    pub fn new(dir: &Path) -> Self {
-        Self { dir: dir.to_owned() }
+    /// Every file a run may write.
+    pub fn names() -> Vec<&'static str> {
+        let mut v = vec![CACHE, JUDGMENTS, LABELS, FAILURES, BY_ORDER, PROMPTS, CONTEXTS, RESOLVED, MANIFEST];
+        v.extend(AGGREGATION);
+        v
+    }
+
+    /// Takes `dir` for the experiment `experiment` (see `jury_io::OutputDir::open`).
+    pub fn open(dir: &Path, experiment: &str, overwrite: bool) -> Result<Self, RunError> {
+        let owner = Owner { command: "run".into(), source: format!("experiment `{experiment}`") };
+        Ok(Self { out: OutputDir::open(dir, owner, &Self::names(), overwrite)? })
+    }
+
+    /// Where the examples' contexts file of an output directory is published: the
+    /// `aggregate.contexts` a config gets when it asks for context-dependent methods
+    /// without naming a file.
+    pub fn published_contexts(dir: &Path) -> PathBuf {
+        dir.join(CONTEXTS)
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.out.dir()
     }
-
-    /// Creates the directory (and its parents).
-    pub fn create(&self) -> Result<(), RunError> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|source| RunError::Write { path: self.dir.clone(), reason: source.to_string() })
+    /// The folder aggregation writes its files into before publishing.
+    pub fn staging_dir(&self) -> &Path {
+        self.out.staging_dir()
     }
-
-    /// The durable per-judgment cache (JSON Lines, appended to).
+    /// The durable per-judgment cache (JSON Lines, appended to in place).
     pub fn cache(&self) -> PathBuf {
-        self.dir.join("cache.jsonl")
+        self.out.path(CACHE)
     }
     /// Long format: example_id, judge, p, p_positive, p_negative, p_tie, mass, n_tokens,
     /// truncated, exact.
     pub fn judgments(&self) -> PathBuf {
-        self.dir.join("judgments.csv")
+        self.out.staged(JUDGMENTS)
     }
     /// example_id, label.
     pub fn labels(&self) -> PathBuf {
-        self.dir.join("labels.csv")
+        self.out.staged(LABELS)
     }
     /// example_id, judge, reason: the examples a server rejected (missing from judgments.csv).
     pub fn failures(&self) -> PathBuf {
-        self.dir.join("failures.csv")
+        self.out.staged(FAILURES)
     }
     /// With `both_orders`: example_id, judge, order (ab|ba), p oriented as the original order.
     pub fn by_order(&self) -> PathBuf {
-        self.dir.join("judgments_by_order.csv")
+        self.out.staged(BY_ORDER)
     }
     /// With `dump_prompts`: each judged token sequence.
     pub fn prompts(&self) -> PathBuf {
-        self.dir.join("prompts.jsonl")
+        self.out.staged(PROMPTS)
     }
     /// Each example's context (example_id, text) for the context-dependent methods,
-    /// when the experiment names no contexts file.
+    /// when the experiment names no contexts file (staged; read by this run's
+    /// aggregation from here).
     pub fn contexts(&self) -> PathBuf {
-        self.dir.join("contexts.csv")
+        self.out.staged(CONTEXTS)
     }
     /// The experiment as run (API key variable names only, never keys).
     pub fn resolved_config(&self) -> PathBuf {
-        self.dir.join("config.resolved.yaml")
+        self.out.staged(RESOLVED)
     }
     /// Versions, model identities and template hashes, timings, per-server counters.
     pub fn manifest(&self) -> PathBuf {
-        self.dir.join("manifest.json")
+        self.out.staged(MANIFEST)
+    }
+
+    /// Publishes every staged file at once (see `jury_io::OutputDir::publish`).
+    pub fn publish(self) -> Result<(), RunError> {
+        self.out.publish()?;
+        Ok(())
     }
 }
 
@@ -86,14 +122,14 @@ fn write(path: PathBuf, text: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Writes the judging stage's files: judgments, labels, failures, per-order
-/// judgments and prompts when asked for, the examples' contexts when `contexts` is the
-/// layout's own file, and the resolved config.
+/// Stages the judging stage's files: judgments, labels, failures, per-order judgments
+/// and prompts when asked for, the examples' contexts with `write_contexts`, and the
+/// resolved config.
 pub fn write_judging<A: Serialize>(
     layout: &OutputLayout,
     exp: &Experiment<A>,
     run: &JuryRun,
-    contexts: Option<&Path>,
+    write_contexts: bool,
 ) -> Result<(), RunError> {
     let examples = &run.examples.original;
     write(layout.judgments(), &judgments_csv(run))?;
@@ -126,7 +162,7 @@ pub fn write_judging<A: Serialize>(
         }
         write(layout.prompts(), &prompts)?;
     }
-    if contexts == Some(layout.contexts().as_path()) {
+    if write_contexts {
         write(layout.contexts(), &contexts_csv(examples))?;
     }
     let resolved = serde_yaml::to_string(exp)

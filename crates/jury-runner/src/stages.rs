@@ -1,7 +1,8 @@
 //! The judging stages of an experiment, each a function from typed values to typed
-//! values: the examples ([`sample_examples`]), the jurors ([`jurors`]), every juror's
-//! pass through the cache ([`crate::run_jury`]) and the collected verdicts
-//! ([`JuryRun`]), which aggregation takes as a plain judgments matrix.
+//! values: the examples ([`sample_examples`]) and jurors ([`jurors`]) of a
+//! [`Prepared`] experiment, which a caller can still check before anything is written;
+//! every juror's pass through the cache ([`crate::run_jury`]); and the collected
+//! verdicts ([`JuryRun`]), which aggregation takes as a plain judgments matrix.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -175,57 +176,87 @@ impl JuryRun {
     }
 }
 
-/// Runs every juror of `exp` over its examples through the cache in `layout`, all at
-/// once (server judges each on their own, in-process ones one after another), on an
-/// async runtime of its own, and collects the verdicts.
-pub fn judge_experiment<A>(
-    exp: &Experiment<A>,
-    layout: &OutputLayout,
-    bars: &MultiProgress,
-) -> Result<JuryRun, RunError> {
-    let started = Instant::now();
+/// An experiment ready to judge: its examples drawn, templates checked against the
+/// data set's fields, jurors built (files hashed, keys read). Nothing is written yet.
+pub struct Prepared<'a, A> {
+    exp: &'a Experiment<A>,
+    examples: Examples,
+    template: Template,
+    jurors: Vec<Juror>,
+}
+
+/// Draws the examples and builds the jurors of `exp`, checking every juror's template
+/// against the data set's fields.
+pub fn prepare<A>(exp: &Experiment<A>) -> Result<Prepared<'_, A>, RunError> {
     let examples = sample_examples(&exp.dataset)?;
     let template = Template::load(&exp.prompt)?;
     let jurors = jurors(exp, &template)?;
-    let own_templates: Vec<Option<(std::path::PathBuf, String)>> = exp
-        .judges
-        .iter()
-        .zip(&jurors)
-        .map(|(entry, juror)| {
-            entry.prompt.as_ref().map(|p| (p.clone(), jury_cache::key(&[juror.template.source_text.as_bytes()])))
-        })
-        .collect();
-    layout.create()?;
-    let cache = Arc::new(Mutex::new(Cache::<Verdict>::open(&layout.cache())?));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .map_err(|e| RunError::Setup { judge: "*".into(), reason: format!("starting the async runtime: {e}") })?;
-    let outcomes = rt.block_on(run_jury(jurors, examples.judged.clone(), cache, exp.runtime.dump_prompts, bars))?;
-    let mut judges = Vec::new();
-    for ((entry, outcome), own_template) in exp.judges.iter().zip(outcomes).zip(own_templates) {
-        let mut verdicts = outcome.results.verdicts.clone();
-        if exp.dataset.both_orders {
-            debias(&examples.original, &mut verdicts);
+    if let Some(first) = examples.judged.first() {
+        for j in &jurors {
+            j.template
+                .check_fields(&first.fields)
+                .map_err(|reason| RunError::Setup { judge: j.name.clone(), reason })?;
         }
-        judges.push(JudgeRecord {
-            name: entry.name.clone(),
-            verdicts,
-            results: outcome.results,
-            info: outcome.info,
-            own_template,
-        });
     }
-    let (judgments, labels) = matrix(&examples.original, &judges)?;
-    Ok(JuryRun {
-        examples,
-        judges,
-        judgments,
-        labels,
-        template_sha256: jury_cache::key(&[template.source_text.as_bytes()]),
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    Ok(Prepared { exp, examples, template, jurors })
+}
+
+impl<A> Prepared<'_, A> {
+    pub fn examples(&self) -> &Examples {
+        &self.examples
+    }
+
+    /// Runs every juror over the examples, all at once (server judges each on their
+    /// own, in-process ones one after another), on an async runtime of its own, and
+    /// collects the verdicts. The output directory is taken (locked, checked) first,
+    /// before any model loads; judgments go to its cache as they finish.
+    pub fn judge(self, bars: &MultiProgress) -> Result<(OutputLayout, JuryRun), RunError> {
+        let started = Instant::now();
+        let Prepared { exp, examples, template, jurors } = self;
+        let own_templates: Vec<Option<(std::path::PathBuf, String)>> = exp
+            .judges
+            .iter()
+            .zip(&jurors)
+            .map(|(entry, juror)| {
+                entry.prompt.as_ref().map(|p| (p.clone(), jury_cache::key(&[juror.template.source_text.as_bytes()])))
+            })
+            .collect();
+        let layout = OutputLayout::open(&exp.output, &exp.name, exp.overwrite)?;
+        let cache = Cache::<Verdict>::open_checked(&layout.cache(), Verdict::check, exp.runtime.bad_cache_records)?;
+        for d in cache.dropped() {
+            eprintln!("warning: {d}; judged again");
+        }
+        let cache = Arc::new(Mutex::new(cache));
+        let rt =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().map_err(|e| {
+                RunError::Setup { judge: "*".into(), reason: format!("starting the async runtime: {e}") }
+            })?;
+        let outcomes = rt.block_on(run_jury(jurors, examples.judged.clone(), cache, exp.runtime.dump_prompts, bars))?;
+        let mut judges = Vec::new();
+        for ((entry, outcome), own_template) in exp.judges.iter().zip(outcomes).zip(own_templates) {
+            let mut verdicts = outcome.results.verdicts.clone();
+            if exp.dataset.both_orders {
+                debias(&examples.original, &mut verdicts);
+            }
+            judges.push(JudgeRecord {
+                name: entry.name.clone(),
+                verdicts,
+                results: outcome.results,
+                info: outcome.info,
+                own_template,
+            });
+        }
+        let (judgments, labels) = matrix(&examples.original, &judges)?;
+        let run = JuryRun {
+            examples,
+            judges,
+            judgments,
+            labels,
+            template_sha256: jury_cache::key(&[template.source_text.as_bytes()]),
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        Ok((layout, run))
+    }
 }
 
 /// Replaces each original example's verdict by the mean of its two orders.

@@ -1,0 +1,58 @@
+"""Aggregation at scale (run through scripts/bench-aggregate-scale): writes the two
+judgments files, runs `jury aggregate --methods avg,mv,ds` on each and prints wall time
+and peak resident memory."""
+import os, random, subprocess, sys, tempfile
+
+jury = sys.argv[1]
+work = tempfile.mkdtemp(prefix="bench-aggregate-")
+
+
+def dense(path, n=1_000_000, k=20, missing=0.3, seed=1):
+    rng = random.Random(seed)
+    acc = [0.55 + 0.4 * rng.random() for _ in range(k)]
+    with open(path, "w") as f:
+        f.write("example_id,judge,p\n")
+        for i in range(n):
+            truth = rng.random() < 0.5
+            for j in range(k):
+                if rng.random() < missing:
+                    continue
+                right = rng.random() < acc[j]
+                p = 0.5 + 0.45 * rng.random()
+                f.write(f"e{i},j{j},{p if right == truth else 1 - p:.4f}\n")
+
+
+def sparse(path, n=200_000, k=200_000, entries=1_000_000, seed=2):
+    rng = random.Random(seed)
+    seen = set()
+    with open(path, "w") as f:
+        f.write("example_id,judge,p\n")
+        while len(seen) < entries:
+            e, j = rng.randrange(n), rng.randrange(k)
+            if (e, j) in seen:
+                continue
+            seen.add((e, j))
+            f.write(f"e{e},j{j},{rng.random():.4f}\n")
+
+
+def run(path, out):
+    """Wall seconds and peak resident MB of one `jury aggregate` (GNU time)."""
+    r = subprocess.run(["/usr/bin/time", "-f", "%e %M", jury, "aggregate", "--judgments", path,
+                        "--methods", "avg,mv,ds", "--out", out],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"jury aggregate failed on {path}: {r.stderr}")
+    secs, kb = r.stderr.strip().splitlines()[-1].split()
+    return float(secs), int(kb) / 1024
+
+
+rows = []
+for name, file, make in [("1,000,000 x 20, 30% missing", "dense.csv", dense),
+                         ("sparse: 1,000,000 over 200,000 x 200,000", "sparse.csv", sparse)]:
+    path = os.path.join(work, file)
+    make(path)
+    secs, peak = run(path, os.path.join(work, f"out-{file}"))
+    rows.append((name, os.path.getsize(path) / 1e6, secs, peak))
+print(f"{'judgments file':<44} {'MB':>7} {'seconds':>8} {'peak MB':>8}")
+for name, mb, secs, peak in rows:
+    print(f"{name:<44} {mb:>7.0f} {secs:>8.1f} {peak:>8.0f}")

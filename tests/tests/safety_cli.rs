@@ -1,0 +1,300 @@
+//! Results are never destroyed, mixed or silently falsified: output directories that
+//! hold other files, another command's output, a symbolic link or a second process;
+//! configs and flags that cannot give a meaningful answer, refused before anything is
+//! written; a hand-edited cache record judged again. Each test is one defect a user
+//! found (issue 35).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+mod common;
+
+use common::{jury, repo_root};
+use serde_json::Value;
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn simulate(dir: &Path) {
+    let out = jury(&["simulate", "--examples", "300", "--seed", "2", "--out", p(dir)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+fn aggregate(data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let j = data.join("judgments.csv");
+    let l = data.join("labels.csv");
+    let mut args = vec!["aggregate", "--judgments", p(&j), "--labels", p(&l), "--methods", "mv,ds", "--out", p(out)];
+    args.extend(extra);
+    jury(&args)
+}
+
+#[test]
+fn aggregate_refuses_a_folder_with_files_it_did_not_write_and_replaces_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    simulate(&data);
+    let out = dir.path().join("mine");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("metrics.json"), "precious").unwrap();
+    let refused = aggregate(&data, &out, &[]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("already holds metrics.json") && stderr(&refused).contains("--force"));
+    assert_eq!(fs::read_to_string(out.join("metrics.json")).unwrap(), "precious");
+    let forced = aggregate(&data, &out, &["--force"]);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    // Its own output is replaced on a rerun; another command's is not.
+    assert!(aggregate(&data, &out, &[]).status.success());
+    let foreign = aggregate(&data, &data, &[]);
+    assert_eq!(foreign.status.code(), Some(2));
+    assert!(stderr(&foreign).contains("holds the output of `jury simulate`"), "{}", stderr(&foreign));
+    assert!(!data.join("metrics.json").exists());
+    // Nothing but the published files and jury's own marker and lock remain.
+    let mut names: Vec<String> =
+        fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, [".jury-output.json", ".jury.lock", "metrics.json", "predictions.csv"]);
+}
+
+#[test]
+fn simulate_refuses_to_replace_files_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("judgments.csv"), "mine").unwrap();
+    let out = jury(&["simulate", "--examples", "10", "--out", p(dir.path())]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(fs::read_to_string(dir.path().join("judgments.csv")).unwrap(), "mine");
+}
+
+#[test]
+fn a_second_process_on_the_same_output_is_refused_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    simulate(&data);
+    let out = dir.path().join("out");
+    fs::create_dir(&out).unwrap();
+    // Another holder of the lock (as a running `jury` holds it).
+    let lock = fs::File::create(out.join(".jury.lock")).unwrap();
+    lock.try_lock().unwrap();
+    fs::write(out.join(".jury.lock"), "pid 4242, `jury run` of experiment `x`, since unix time 1\n").unwrap();
+    let second = aggregate(&data, &out, &[]);
+    assert_eq!(second.status.code(), Some(2));
+    assert!(stderr(&second).contains("in use by another jury process (pid 4242"), "{}", stderr(&second));
+    assert!(!out.join("metrics.json").exists());
+    drop(lock);
+    assert!(aggregate(&data, &out, &[]).status.success());
+}
+
+#[test]
+fn non_numbers_as_rates_and_tolerances_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    simulate(&data);
+    for (flag, value) in
+        [("--lr", "NaN"), ("--lr", "inf"), ("--lr=-0.1", ""), ("--lambdas", "0.1,inf"), ("--ds-tol", "NaN")]
+    {
+        let out = dir.path().join("out");
+        let contexts = dir.path().join("contexts.csv");
+        fs::write(&contexts, "example_id,text\n").unwrap();
+        let (j, l) = (data.join("judgments.csv"), data.join("labels.csv"));
+        let mut args = vec![
+            "aggregate",
+            "--judgments",
+            p(&j),
+            "--labels",
+            p(&l),
+            "--methods",
+            "skillagg",
+            "--contexts",
+            p(&contexts),
+        ];
+        args.extend(["--dev-size", "5", "--out", p(&out), flag]);
+        if !value.is_empty() {
+            args.push(value);
+        }
+        let r = jury(&args);
+        assert_eq!(r.status.code(), Some(2), "{flag} {value}");
+        let name = flag.split('=').next().unwrap();
+        assert!(stderr(&r).contains(name), "{flag} {value}: {}", stderr(&r));
+        assert!(!out.exists(), "{flag} {value}: nothing is written");
+    }
+}
+
+#[test]
+fn a_judge_name_of_any_length_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "j".repeat(65_536);
+    let j = dir.path().join("j.csv");
+    fs::write(&j, format!("example_id,judge,p\ne1,{long},0.9\ne1,b,0.2\ne2,{long},0.1\ne2,b,0.3\n")).unwrap();
+    let out = jury(&["aggregate", "--judgments", p(&j), "--methods", "mv", "--out", p(&dir.path().join("out"))]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();
+    assert!(m["judges"].get(&long).is_some(), "the files keep the whole name");
+}
+
+#[test]
+fn winrate_refuses_a_human_name_with_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("c.csv");
+    fs::write(&c, "comparison_id,generator_0,generator_1,evaluator,vote\nc1,a,b,human,1\nc1,a,b,llm,1\nc2,a,b,llm,0\n")
+        .unwrap();
+    let out = jury(&["winrate", "--comparisons", p(&c), "--human", "people", "--out", p(&dir.path().join("o"))]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--human `people`: no rows") && stderr(&out).contains("human, llm"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn rank_reports_no_agreement_when_every_response_is_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.csv");
+    let mut csv = String::from("prompt_id,model,response\n");
+    for d in 0..20 {
+        for m in ["reference", "m1", "m2", "m3"] {
+            csv.push_str(&format!("q{d},{m},same\n"));
+        }
+    }
+    fs::write(&r, csv).unwrap();
+    let out_dir = dir.path().join("o");
+    let out = jury(&["rank", "--responses", p(&r), "--method", "mca", "--out", p(&out_dir)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("ranking.json")).unwrap()).unwrap();
+    for key in ["rbo", "spearman", "map_at_5"] {
+        assert!(doc["reference"][key].is_null(), "{key}: {}", doc["reference"]);
+    }
+    assert!(doc["reference"]["undetermined"].as_str().unwrap().contains("scores every model the same"));
+}
+
+// `jury run`: the checks before anything is written or loaded.
+
+fn smollm() -> PathBuf {
+    let p = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.is_file(), "{} is missing: run scripts/fetch-judges.sh --small", p.display());
+    p
+}
+
+/// `dir/exp.yaml` with SmolLM2 on the demo facts; `prompt` a template file, `extra`
+/// more top-level keys.
+fn experiment(dir: &Path, prompt: &Path, limit: usize, extra: &str) -> PathBuf {
+    let root = repo_root();
+    let text = format!(
+        "name: safety\n\
+         dataset: {{name: demo-facts, path: {data}, limit: {limit}, seed: 3}}\n\
+         prompt: {prompt}\n\
+         judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
+         runtime: {{max_concurrency: 1, prefix_cache: false, max_prompt_tokens: 1024}}\n\
+         output: {out}\n{extra}",
+        data = root.join("datasets/demo-facts.csv").display(),
+        prompt = prompt.display(),
+        model = smollm().display(),
+        out = dir.join("out").display(),
+    );
+    let path = dir.join("exp.yaml");
+    fs::write(&path, text).unwrap();
+    path
+}
+
+fn demo_prompt() -> PathBuf {
+    repo_root().join("prompts/demo-facts.yaml")
+}
+
+#[test]
+fn run_refuses_bad_templates_and_too_few_labels_before_writing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = |user: &str, negative: &str| {
+        format!(
+            "task: t\nsystem: Answer Yes or No.\nuser: \"{user}\"\nanswer_prefix: \"Verdict: [[\"\npositive: \"Yes\"\nnegative: \"{negative}\"\n"
+        )
+    };
+    let same = dir.path().join("same.yaml");
+    fs::write(&same, template("Is {statement} true?", "Yes")).unwrap();
+    let unknown = dir.path().join("unknown.yaml");
+    fs::write(&unknown, template("Is {no_such_field} true?", "No")).unwrap();
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    let dev_set = format!("aggregate: {{methods: skillagg, dev_size: 50, encoder_dir: {}}}\n", encoder.display());
+    let cases: [(&Path, usize, &str, &str); 4] = [
+        (&same, 4, "", "are the same word"),
+        (&unknown, 4, "", "{no_such_field}"),
+        (&demo_prompt(), 0, "", "limit"),
+        (&demo_prompt(), 4, &dev_set, "not enough for a dev set of 50"),
+    ];
+    for (prompt, limit, extra, want) in cases {
+        let cfg = experiment(dir.path(), prompt, limit, extra);
+        let out = jury(&["run", p(&cfg)]);
+        assert_eq!(out.status.code(), Some(2), "{want}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{want}: {}", stderr(&out));
+        assert!(!dir.path().join("out").exists(), "{want}: the output folder was created");
+    }
+}
+
+#[test]
+fn run_refuses_a_symlinked_cache_and_a_foreign_output_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious.txt");
+    fs::write(&target, "no trailing newline").unwrap();
+    fs::create_dir(dir.path().join("out")).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("out/cache.jsonl")).unwrap();
+    let cfg = experiment(dir.path(), &demo_prompt(), 2, "");
+    let out = jury(&["run", p(&cfg), "--force"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(&target).unwrap(), "no trailing newline");
+    fs::remove_file(dir.path().join("out/cache.jsonl")).unwrap();
+    fs::write(dir.path().join("out/judgments.csv"), "mine").unwrap();
+    let out = jury(&["run", p(&cfg)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("already holds judgments.csv"), "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(dir.path().join("out/judgments.csv")).unwrap(), "mine");
+}
+
+#[test]
+fn run_judges_a_hand_edited_cache_record_again_and_a_failed_aggregation_publishes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = experiment(dir.path(), &demo_prompt(), 3, "");
+    let first = jury(&["run", p(&cfg)]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let judgments = fs::read_to_string(dir.path().join("out/judgments.csv")).unwrap();
+    let cache = dir.path().join("out/cache.jsonl");
+    let text = fs::read_to_string(&cache).unwrap();
+    let edited = text.replacen("\"p_positive\":", "\"p_positive\":0.5,\"was\":", 1);
+    assert_ne!(edited, text);
+    fs::write(&cache, edited).unwrap();
+    let again = jury(&["run", p(&cfg)]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(stderr(&again).contains("cache.jsonl line 1: the record fails its checksum"), "{}", stderr(&again));
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/manifest.json")).unwrap()).unwrap();
+    assert_eq!((m["judges"][0]["scored"].as_u64(), m["judges"][0]["from_cache"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(fs::read_to_string(dir.path().join("out/judgments.csv")).unwrap(), judgments, "same verdicts");
+    // `stop` instead: the run ends naming the line of a damaged record.
+    let mut records: Vec<String> = fs::read_to_string(&cache).unwrap().lines().map(str::to_owned).collect();
+    records[1] = records[1].replacen("\"mass\":", "\"mass\":2.5,\"was\":", 1);
+    fs::write(&cache, records.join("\n") + "\n").unwrap();
+    let stop = experiment(dir.path(), &demo_prompt(), 3, "");
+    let yaml = fs::read_to_string(&stop)
+        .unwrap()
+        .replace("max_prompt_tokens: 1024}", "max_prompt_tokens: 1024, bad_cache_records: stop}");
+    fs::write(&stop, yaml).unwrap();
+    let stopped = jury(&["run", p(&stop)]);
+    assert_eq!(stopped.status.code(), Some(2));
+    let e = stderr(&stopped);
+    assert!(e.contains("cache.jsonl line 2") && e.contains("stopping"), "{e}");
+    // A run that fails in aggregation (here: a contexts file that does not exist, read
+    // only after judging) publishes nothing: the previous run's files stay.
+    let encoder = repo_root().join("models/all-MiniLM-L6-v2");
+    let bad = fs::read_to_string(&stop).unwrap().replace("bad_cache_records: stop}", "bad_cache_records: recompute}")
+        + &format!(
+            "aggregate: {{methods: skillagg, dev_size: 1, contexts: /nonexistent/contexts.csv, encoder_dir: {}}}\n",
+            encoder.display()
+        );
+    fs::write(&stop, bad).unwrap();
+    let failed = jury(&["run", p(&stop)]);
+    assert_eq!(failed.status.code(), Some(2), "{}", stderr(&failed));
+    assert_eq!(fs::read_to_string(dir.path().join("out/judgments.csv")).unwrap(), judgments);
+    assert!(!dir.path().join("out/.jury-staging").exists(), "no staging folder left behind");
+}
