@@ -298,3 +298,57 @@ fn run_judges_a_hand_edited_cache_record_again_and_a_failed_aggregation_publishe
     assert_eq!(fs::read_to_string(dir.path().join("out/judgments.csv")).unwrap(), judgments);
     assert!(!dir.path().join("out/.jury-staging").exists(), "no staging folder left behind");
 }
+
+#[test]
+fn malformed_tables_name_the_line_in_the_users_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("ragged.csv", &b"example_id,judge,p\ne1,a,0.9\ne1,b\n"[..], "ragged.csv line 3: 2 fields, the header has 3"),
+        (
+            "quote.csv",
+            &b"example_id,judge,p\ne1,a,0.9\n\"e2,b,0.1\n"[..],
+            "quote.csv line 3: a quoted field is never closed",
+        ),
+        ("bytes.csv", &b"example_id,judge,p\ne1,a,0.9\ne\xff2,b,0.1\n"[..], "bytes.csv line 3: not UTF-8"),
+        (
+            "lines.jsonl",
+            &b"{\"example_id\": \"e1\", \"judge\": \"a\", \"p\": 0.9}\n{\"example_id\": \n"[..],
+            "lines.jsonl line 2: not a JSON value",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let f = dir.path().join(name);
+        fs::write(&f, bytes).unwrap();
+        let out = jury(&["aggregate", "--judgments", p(&f), "--out", p(&dir.path().join("o"))]);
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {e}");
+        assert!(e.contains(want), "{name}: {e}");
+        assert!(!e.contains("You might want") && !e.contains("infer_schema"), "{name}: polars' Python advice: {e}");
+    }
+}
+
+#[test]
+fn an_offline_hub_is_never_asked_for_a_judge_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("exp.yaml");
+    fs::write(
+        &cfg,
+        format!(
+            "name: offline\ndataset: {{name: demo-facts, path: {}}}\nprompt: {}\njudges:\n  - {{name: hub, model_id: nobody/no-such-model}}\noutput: {}\n",
+            repo_root().join("datasets/demo-facts.csv").display(),
+            demo_prompt().display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::jury_bin())
+        .args(["run", p(&cfg)])
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HOME", dir.path().join("hf"))
+        .output()
+        .unwrap();
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("judge `hub`: model `nobody/no-such-model`") && e.contains("HF_HUB_OFFLINE"), "{e}");
+    assert!(!dir.path().join("out").exists());
+}

@@ -37,4 +37,6 @@ pub enum IoError {
     Entry { path: PathBuf, row: String, source: jury_core::CoreError },
     #[error("{}: cannot write: {source}", path.display())]
     Write { path: PathBuf, source: std::io::Error },
+    #[error("{} line {line}: {reason}", path.display())]
+    Malformed { path: PathBuf, line: usize, reason: String },
 }

@@ -60,18 +60,41 @@ pub(crate) struct Table {
 impl Table {
     pub(crate) fn load(path: &Path) -> Result<Self, IoError> {
         let format = Format::of(path)?;
-        let read_err = |e: PolarsError| IoError::Read { path: path.to_owned(), source: Box::new(e) };
+        // A file polars refuses is examined again here for the line at fault; polars'
+        // own message (written for its Python API) is the fallback, cut to its first line.
+        let read_err = |e: PolarsError| match malformed_line(path, format) {
+            Some((line, reason)) => IoError::Malformed { path: path.to_owned(), line, reason },
+            None => {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default().to_owned();
+                IoError::Read { path: path.to_owned(), source: first.into() }
+            }
+        };
         // Opened here first so a missing or unreadable file gets the OS's plain message.
         let file = File::open(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
         let df = match format {
             // Every CSV column is read as text and parsed here, so a bad value is reported
             // with its line instead of silently becoming null or changing a column's type.
-            Format::Csv => CsvReadOptions::default()
-                .with_has_header(true)
-                .with_infer_schema_length(Some(0))
-                .into_reader_with_file_handle(file)
-                .finish()
-                .map_err(read_err)?,
+            // The records are checked here first: polars takes a short row for one with
+            // nulls, and names no line for the others.
+            Format::Csv => {
+                let bytes =
+                    std::fs::read(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+                drop(file);
+                if let Some((line, reason)) = malformed_csv(&bytes) {
+                    return Err(IoError::Malformed { path: path.to_owned(), line, reason });
+                }
+                if let Err(e) = std::str::from_utf8(&bytes) {
+                    let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+                    return Err(IoError::Malformed { path: path.to_owned(), line, reason: "not UTF-8 text".into() });
+                }
+                CsvReadOptions::default()
+                    .with_has_header(true)
+                    .with_infer_schema_length(Some(0))
+                    .into_reader_with_file_handle(std::io::Cursor::new(bytes))
+                    .finish()
+                    .map_err(read_err)?
+            }
             Format::JsonLines | Format::JsonArray => {
                 let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
                 JsonReader::new(file).with_json_format(json_format).infer_schema_len(None).finish().map_err(read_err)?
@@ -341,8 +364,92 @@ pub fn read_texts(path: &Path) -> Result<HashMap<String, String>, IoError> {
     Ok(out)
 }
 
+/// The first line of a text file that makes it unreadable as `format`, and why: bytes
+/// that are not UTF-8; for CSV a quoted field never closed or a record with a different
+/// number of fields than the header; for JSON Lines a line that is not one JSON value;
+/// for a JSON array the position serde_json reports. `None` when none is found.
+fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+            return Some((line, "not UTF-8 text".into()));
+        }
+    };
+    match format {
+        Format::Csv => malformed_csv(text.as_bytes()),
+        Format::JsonLines => text.lines().enumerate().find_map(|(i, l)| {
+            let l = l.trim();
+            (!l.is_empty())
+                .then(|| serde_json::from_str::<serde_json::Value>(l).err())
+                .flatten()
+                .map(|e| (i + 1, format!("not a JSON value: {e}")))
+        }),
+        Format::JsonArray => serde_json::from_str::<serde_json::Value>(text).err().map(|e| (e.line(), e.to_string())),
+        Format::Parquet => None,
+    }
+}
+
+/// RFC 4180 records: fields split on commas outside double quotes, records on line
+/// breaks outside them. The first record (the header) sets the field count.
+fn malformed_csv(text: &[u8]) -> Option<(usize, String)> {
+    let (mut line, mut record_line) = (1usize, 1usize);
+    let (mut fields, mut header) = (1usize, None::<usize>);
+    let (mut in_quotes, mut empty_record) = (false, true);
+    let mut i = 0;
+    while i < text.len() {
+        let c = text[i];
+        i += 1;
+        match c {
+            b'"' if in_quotes && text.get(i) == Some(&b'"') => i += 1,
+            b'"' => in_quotes = !in_quotes,
+            b',' if !in_quotes => fields += 1,
+            b'\n' => {
+                line += 1;
+                if in_quotes {
+                    continue;
+                }
+                if !empty_record {
+                    match header {
+                        None => header = Some(fields),
+                        Some(h) if h != fields => {
+                            return Some((record_line, format!("{fields} fields, the header has {h}")));
+                        }
+                        Some(_) => {}
+                    }
+                }
+                (fields, record_line, empty_record) = (1, line, true);
+                continue;
+            }
+            b'\r' => continue,
+            _ => {}
+        }
+        empty_record = false;
+    }
+    if in_quotes {
+        return Some((record_line, "a quoted field is never closed".into()));
+    }
+    match header {
+        Some(h) if !empty_record && h != fields => Some((record_line, format!("{fields} fields, the header has {h}"))),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn malformed_csv_names_the_line() {
+        use super::malformed_csv;
+        let check = |t: &str| malformed_csv(t.as_bytes());
+        assert_eq!(check("a,b\n1,2\n\"x,y\",3\n"), None);
+        assert_eq!(check("a,b\n1,2\n3\n"), Some((3, "1 fields, the header has 2".into())));
+        assert_eq!(check("a,b\n1,2\n3"), Some((3, "1 fields, the header has 2".into())));
+        assert_eq!(check("a,b\n1,\"2\n3,4\n"), Some((2, "a quoted field is never closed".into())));
+        assert_eq!(check("a,b\n\"multi\nline\",2\n5,6,7\n"), Some((4, "3 fields, the header has 2".into())));
+        assert_eq!(check("a,b\r\n1,\"say \"\"hi\"\"\"\r\n"), None);
+    }
+
     use super::*;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -166,6 +166,11 @@ pub fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
     snapshot.unwrap_or(path)
 }
 
+/// Whether `HF_HUB_OFFLINE` forbids the hub (`1` or `true`, as huggingface_hub reads it).
+pub fn hub_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
 /// The local directory a `Pretrained` id loads from (an existing directory, or its
 /// snapshot in the hub cache named by `HF_HOME`), if there is one.
 pub fn local_model_dir(id: &str) -> Option<PathBuf> {
@@ -260,6 +265,15 @@ impl Judge {
             }
             ModelSource::Pretrained(id) => {
                 let local = resolve_model_id(id, hf_hub::Cache::from_env().path());
+                if hub_offline() && !local.is_dir() {
+                    // mistral.rs would take it for a hub id and go online.
+                    return Err(JudgeError::Load {
+                        judge: cfg.name.clone(),
+                        reason: format!(
+                            "model `{id}` is neither a folder nor in the local hub cache, and HF_HUB_OFFLINE is set"
+                        ),
+                    });
+                }
                 let b = TextModelBuilder::new(local.to_string_lossy())
                     .with_prefix_cache_n(prefix_cache)
                     .with_max_num_seqs(cfg.max_concurrency.max(1));

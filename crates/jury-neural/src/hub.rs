@@ -23,6 +23,15 @@ pub fn model_dir(spec: &Path, cache: &Path, offline: bool) -> Result<PathBuf, Ne
         return Ok(spec.to_owned());
     }
     let err = |reason: String| NeuralError::File { path: spec.to_owned(), reason };
+    // A path that names a place on disk (absolute, `./`, `../`, or under this
+    // repository's `models/`) is a folder that is missing, never a hub id.
+    let first = spec.components().next();
+    let local = spec.is_absolute()
+        || matches!(first, Some(std::path::Component::CurDir | std::path::Component::ParentDir))
+        || first.is_some_and(|c| c.as_os_str() == "models");
+    if local {
+        return Err(err("no such folder (scripts/fetch-encoder.sh fetches models/all-MiniLM-L6-v2)".into()));
+    }
     let text = spec.to_str().ok_or_else(|| err("not a folder".into()))?;
     let (id, revision) = match text.split_once('@') {
         Some((id, rev)) => (id, Some(rev)),
@@ -80,6 +89,15 @@ mod tests {
         let fixture = crate::crate_dir().join("testdata/tiny-gpt2");
         for f in ENCODER_FILES {
             std::fs::copy(fixture.join(f), snap.join(f)).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_missing_local_folder_is_not_taken_for_a_hub_id() {
+        let cache = tempfile::tempdir().unwrap();
+        for spec in ["models/all-MiniLM-L6-v2", "./enc", "../enc", "/nonexistent/enc"] {
+            let e = model_dir(Path::new(spec), cache.path(), false).unwrap_err().to_string();
+            assert!(e.contains("no such folder"), "{spec}: {e}");
         }
     }
 

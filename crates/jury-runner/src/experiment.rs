@@ -248,6 +248,14 @@ impl JudgeEntry {
         {
             return Err(format!("model file {} does not exist (run scripts/fetch-judges.sh)", path.display()));
         }
+        if let Some(id) = &self.model_id
+            && jury_judge::hub_offline()
+            && jury_judge::local_model_dir(id).is_none()
+        {
+            return Err(format!(
+                "model `{id}` is neither a folder nor in the local hub cache, and HF_HUB_OFFLINE is set"
+            ));
+        }
         if let Some(s) = &self.server {
             s.check().map_err(|e| format!("server: {e}"))?;
         }
