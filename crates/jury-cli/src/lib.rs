@@ -58,7 +58,7 @@ pub fn main() -> ExitCode {
         #[cfg(not(feature = "judges"))]
         Command::Run { .. } => Err(without_judges("`jury run`")),
         Command::Winrate(args) => winrate::run(args),
-        Command::Rank(args) => rank::run(args),
+        Command::Rank(args) => rank::prepare(args).and_then(rank::run),
         Command::RankSim(args) => rank::run_sim(args),
     };
     match result {

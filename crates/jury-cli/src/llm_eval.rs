@@ -22,6 +22,8 @@ pub struct LlmEvalConfig<'a> {
     /// Durable cache of judgments (JSON Lines), created if missing.
     pub cache: &'a Path,
     pub max_prompt_tokens: usize,
+    /// A tokenizer directory to use instead of the GGUF's (see `JudgeConfig::tokenizer`).
+    pub tokenizer: Option<&'a Path>,
 }
 
 pub struct LlmEvaluation {
@@ -48,7 +50,15 @@ impl LlmEvaluation {
             bail!("--eval llm: model file {} does not exist (run scripts/fetch-judges.sh)", cfg.gguf.display());
         }
         let template = Template::load(cfg.template)?;
-        let model_sha256 = file_sha256(cfg.gguf)?;
+        let weights = file_sha256(cfg.gguf)?;
+        // The tokenizer changes the token sequence, hence the answer (as in `jury run`).
+        let model_sha256 = match cfg.tokenizer {
+            Some(dir) => jury_cache::key(&[
+                weights.as_bytes(),
+                jury_cache::dir_sha256(dir).with_context(|| format!("hashing {}", dir.display()))?.as_bytes(),
+            ]),
+            None => weights,
+        };
         let rt =
             tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
         let name = cfg.gguf.file_stem().map_or("llm".into(), |s| s.to_string_lossy().into_owned());
@@ -58,7 +68,7 @@ impl LlmEvaluation {
             max_prompt_tokens: cfg.max_prompt_tokens,
             prefix_cache: false,
             max_concurrency: 1,
-            tokenizer: None,
+            tokenizer: cfg.tokenizer.map(Path::to_owned),
         };
         let judge = AnyJudge::Local(Box::new(rt.block_on(Judge::load(judge_cfg, template))?));
         if let Some(dir) = cfg.cache.parent() {

@@ -43,6 +43,14 @@ pub struct Args {
     /// LLM evaluation: prompts longer than this many tokens are truncated.
     #[arg(long, default_value_t = 2048)]
     max_prompt_tokens: usize,
+    /// LLM evaluation: a Hugging Face tokenizer directory to use instead of the one
+    /// mistral.rs builds from the GGUF (as a `jury run` judge's `tokenizer:`).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// LLM evaluation: keep the GGUF's quantized weights (by default they are made dense
+    /// at load, as `jury run` does: 10-15x faster prompts on a CPU, more memory).
+    #[arg(long)]
+    keep_quantized: bool,
     /// Model name of reference answers in the file, if any: never ranked, used only to
     /// build the reference ranking (models by mean similarity to it) for scoring.
     #[arg(long, default_value = "reference")]
@@ -134,6 +142,22 @@ impl EvalKind {
     }
 }
 
+/// Prepares the process environment for `args`. Called before any thread starts:
+/// candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
+pub fn prepare(args: Args) -> Result<Args> {
+    let llm = matches!(EvalKind::parse(&args.eval)?, EvalKind::Llm(_));
+    if llm && !args.keep_quantized && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
+        // SAFETY: called from `main` before the async runtime or any other thread exists.
+        unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
+    }
+    if let Some(dir) = &args.tokenizer
+        && !dir.join("tokenizer.json").is_file()
+    {
+        bail!("--tokenizer: {} has no tokenizer.json", dir.display());
+    }
+    Ok(args)
+}
+
 pub fn run(args: Args) -> Result<()> {
     let method = Method::parse(&args.method)?;
     let eval_kind = EvalKind::parse(&args.eval)?;
@@ -167,6 +191,7 @@ pub fn run(args: Args) -> Result<()> {
                 both_orders: args.both_orders,
                 cache: &args.out.join("cache.jsonl"),
                 max_prompt_tokens: args.max_prompt_tokens,
+                tokenizer: args.tokenizer.as_deref(),
             };
             let mut eval = LlmEvaluation::new(&cfg, texts, cells.clone())?;
             let ranking = method.rank(&responses, &mut eval, args.seed);

@@ -121,11 +121,6 @@ impl OutputDir {
             }
             _ => {}
         }
-        if read_marker(dir).is_none_or(|(other, _)| other != owner) {
-            // Claimed before anything else is written, so that a run killed before it
-            // publishes is resumed by its owner instead of refused as foreign files.
-            write_marker(dir, &owner, false, &[])?;
-        }
         let staging = dir.join(STAGING);
         if is_symlink(&staging) {
             return Err(OutputError::Symlink { path: staging });
@@ -134,6 +129,11 @@ impl OutputDir {
             std::fs::remove_dir_all(&staging).map_err(io(&staging, "remove an earlier run's staging folder"))?;
         }
         std::fs::create_dir(&staging).map_err(io(&staging, "create the staging folder"))?;
+        if read_marker(dir).is_none_or(|(other, _)| other != owner) {
+            // Claimed before anything else is written, so that a run killed before it
+            // publishes is resumed by its owner instead of refused as foreign files.
+            write_marker(dir, &staging, &owner, false, &[])?;
+        }
         Ok(Self { dir: dir.to_owned(), staging, owner, _lock: lock })
     }
 
@@ -165,11 +165,15 @@ impl OutputDir {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(&self.staging).map_err(io(&self.staging, "list the staging folder"))? {
             let entry = entry.map_err(io(&self.staging, "list the staging folder"))?;
-            names.push(entry.file_name().to_string_lossy().into_owned());
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Dot files are jury's own temporaries, never outputs.
+            if !name.starts_with('.') {
+                names.push(name);
+            }
         }
         names.sort();
         let previous = read_marker(&self.dir).map(|(_, files)| files).unwrap_or_default();
-        write_marker(&self.dir, &self.owner, false, &names)?;
+        write_marker(&self.dir, &self.staging, &self.owner, false, &names)?;
         for name in &names {
             let to = self.dir.join(name);
             std::fs::rename(self.staging.join(name), &to).map_err(io(&to, "publish"))?;
@@ -184,8 +188,8 @@ impl OutputDir {
             // Directory entries (the renames) reach the disk before the marker says so.
             let _ = d.sync_all();
         }
-        std::fs::remove_dir(&self.staging).map_err(io(&self.staging, "remove the staging folder"))?;
-        write_marker(&self.dir, &self.owner, true, &names)?;
+        write_marker(&self.dir, &self.staging, &self.owner, true, &names)?;
+        std::fs::remove_dir_all(&self.staging).map_err(io(&self.staging, "remove the staging folder"))?;
         Ok(names)
     }
 }
@@ -212,21 +216,25 @@ fn read_marker(dir: &Path) -> Option<(Owner, Vec<String>)> {
     Some((owner, files))
 }
 
-fn write_marker(dir: &Path, owner: &Owner, complete: bool, files: &[String]) -> Result<(), OutputError> {
+/// Writes the marker through a temporary file in the staging folder (which a killed
+/// command leaves for the next one to clear) and a rename.
+fn write_marker(
+    dir: &Path,
+    staging: &Path,
+    owner: &Owner,
+    complete: bool,
+    files: &[String],
+) -> Result<(), OutputError> {
     let path = dir.join(MARKER);
     if is_symlink(&path) {
         return Err(OutputError::Symlink { path });
     }
     let doc = json!({"command": owner.command, "source": owner.source, "complete": complete, "files": files});
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
-    crate::write_atomic(&path, text.as_bytes()).map_err(|e| match e {
-        crate::IoError::Write { source, .. } => io(&path, "write the output marker")(source),
-        other => OutputError::Io {
-            path: path.clone(),
-            what: "write the output marker",
-            source: std::io::Error::other(other.to_string()),
-        },
-    })
+    let tmp = staging.join(".marker");
+    let mut f = File::create(&tmp).map_err(io(&tmp, "write the output marker"))?;
+    f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(io(&tmp, "write the output marker"))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path, "write the output marker"))
 }
 
 #[cfg(test)]
