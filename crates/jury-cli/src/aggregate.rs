@@ -398,6 +398,9 @@ pub fn run(args: Args) -> Result<()> {
         None => None,
     };
     let source = format!("{}", args.judgments.display());
+    if let Some(l) = &labels {
+        settings.check_labeled(l.n_labeled())?;
+    }
     // Every input is read and every method run before the output directory is touched.
     let results = results(&judgments, labels.as_ref(), &settings)?;
     let out = OutputDir::open(&args.out, Owner { command: "aggregate".into(), source }, &FILES, args.force)?;
