@@ -352,3 +352,25 @@ fn an_offline_hub_is_never_asked_for_a_judge_model() {
     assert!(e.contains("judge `hub`: model `nobody/no-such-model`") && e.contains("HF_HUB_OFFLINE"), "{e}");
     assert!(!dir.path().join("out").exists());
 }
+
+#[test]
+fn winrate_answers_unidentifiable_for_an_all_tie_pair_and_estimates_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("c.csv");
+    let mut csv = String::from("comparison_id,generator_0,generator_1,evaluator,vote\n");
+    for i in 0..40 {
+        csv.push_str(&format!("g{i},a,b,human,{}\ng{i},a,b,llm,{}\n", i % 3 % 2, i % 2));
+        csv.push_str(&format!("t{i},c,d,human,1\nt{i},c,d,llm,tie\n"));
+    }
+    fs::write(&c, csv).unwrap();
+    let out_dir = dir.path().join("o");
+    let out = jury(&["winrate", "--comparisons", p(&c), "--method", "observed", "--out", p(&out_dir)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("winrate.json")).unwrap()).unwrap();
+    let pairs = doc["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2);
+    let ab = pairs.iter().find(|x| x["generator_0"] == "a").unwrap();
+    let cd = pairs.iter().find(|x| x["generator_0"] == "c").unwrap();
+    assert!(ab["estimate"].is_number(), "{ab}");
+    assert!(cd["estimate"].is_null() && cd["unidentifiable"].as_str().unwrap().contains("no evaluator votes"), "{cd}");
+}

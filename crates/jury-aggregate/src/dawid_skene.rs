@@ -205,7 +205,7 @@ impl DawidSkene {
     pub fn posteriors_given(params: &DsParams, j: &Judgments) -> Result<Aggregation, AggregateError> {
         check_params(params, j)?;
         let votes = Votes::new(j);
-        let values = votes.expand(&e_step(&votes, params).0);
+        let values = votes.expand(&e_step(&votes, &Flat::of(params)).0);
         let (labels, ties) = TieBreak::Negative.label_all(&values, j.n_classes());
         finish("ds", j.n_classes(), values, labels, Diagnostics::Counting { ties, unjudged: 0 })
     }
@@ -251,7 +251,7 @@ impl Aggregator for DawidSkene {
         let uniform = vec![1.0 / c as f64; c];
         let mut params = match cfg.init {
             EmInit::MajorityVote => m_step(&votes, &vote_fractions(&votes), cfg.prior, &uniform, None),
-            EmInit::Random { seed } => self.random_params(seed, c, j.n_judges()),
+            EmInit::Random { seed } => Flat::of(&self.random_params(seed, c, j.n_judges())),
         };
         let mut trace = Vec::with_capacity(cfg.max_iter);
         let mut converged = false;
@@ -270,6 +270,7 @@ impl Aggregator for DawidSkene {
         }
         let posteriors = votes.expand(&posteriors);
         let (labels, ties) = cfg.ties.label_all(&posteriors, c);
+        let params = params.params(c);
         let report = EmReport { iterations: trace.len(), converged, log_likelihood: trace, params, unjudged, ties };
         finish(self.name(), c, posteriors, labels, Diagnostics::DawidSkene(report))
     }
@@ -305,9 +306,33 @@ fn vote_fractions(votes: &Votes) -> Vec<f64> {
 }
 
 /// Posteriors per pattern (P x C) and the observed-data log-likelihood under `params`.
-fn e_step(votes: &Votes, params: &DsParams) -> (Vec<f64>, f64) {
+/// [`DsParams`] as EM iterates on them: every confusion matrix in one K x C x C table,
+/// so an iteration over a jury of 200,000 judges allocates a few vectors, not 600,000.
+#[derive(Debug, Clone, PartialEq)]
+struct Flat {
+    confusion: Vec<f64>,
+    class_prior: Vec<f64>,
+}
+
+impl Flat {
+    fn of(p: &DsParams) -> Self {
+        Self {
+            confusion: p.confusion.iter().flat_map(|m| m.values.iter().copied()).collect(),
+            class_prior: p.class_prior.clone(),
+        }
+    }
+
+    fn params(self, c: usize) -> DsParams {
+        let confusion =
+            self.confusion.chunks_exact(c * c).map(|v| ConfusionMatrix { n_classes: c, values: v.to_vec() }).collect();
+        DsParams { confusion, class_prior: self.class_prior }
+    }
+}
+
+fn e_step(votes: &Votes, params: &Flat) -> (Vec<f64>, f64) {
     let c = votes.n_classes;
-    let log_conf: Vec<Vec<f64>> = params.confusion.iter().map(|m| m.values.iter().map(|x| x.ln()).collect()).collect();
+    let cc = c * c;
+    let log_conf: Vec<f64> = params.confusion.iter().map(|x| x.ln()).collect();
     let log_prior: Vec<f64> = params.class_prior.iter().map(|x| x.ln()).collect();
     let mut out = vec![0.0; votes.n_patterns() * c];
     let mut ll = 0.0;
@@ -315,7 +340,7 @@ fn e_step(votes: &Votes, params: &DsParams) -> (Vec<f64>, f64) {
     for (p, row) in out.chunks_exact_mut(c).enumerate() {
         lp.copy_from_slice(&log_prior);
         for &(k, v) in votes.pattern(p) {
-            let lc = &log_conf[k as usize];
+            let lc = &log_conf[k as usize * cc..(k as usize + 1) * cc];
             for (t, l) in lp.iter_mut().enumerate() {
                 *l += lc[t * c + v as usize];
             }
@@ -338,9 +363,10 @@ fn e_step(votes: &Votes, params: &DsParams) -> (Vec<f64>, f64) {
 /// Maximum-likelihood confusion matrices (and prior, if learned) given per-pattern
 /// posteriors `t`.
 /// A row with no weight keeps its previous value, or uniform on the first step.
-fn m_step(votes: &Votes, t: &[f64], prior: ClassPrior, uniform: &[f64], prev: Option<&DsParams>) -> DsParams {
+fn m_step(votes: &Votes, t: &[f64], prior: ClassPrior, uniform: &[f64], prev: Option<&Flat>) -> Flat {
     let c = votes.n_classes;
-    let mut counts = vec![vec![0.0; c * c]; votes.n_judges];
+    let cc = c * c;
+    let mut counts = vec![0.0; votes.n_judges * cc];
     let mut class_weight = vec![0.0; c];
     for p in 0..votes.n_patterns() {
         let pat = votes.pattern(p);
@@ -353,39 +379,36 @@ fn m_step(votes: &Votes, t: &[f64], prior: ClassPrior, uniform: &[f64], prev: Op
             *w += weight * x;
         }
         for &(k, v) in pat {
-            let ck = &mut counts[k as usize];
+            let ck = &mut counts[k as usize * cc..(k as usize + 1) * cc];
             for (true_c, x) in tp.iter().enumerate() {
                 ck[true_c * c + v as usize] += weight * x;
             }
         }
     }
-    let confusion = counts
-        .into_iter()
-        .enumerate()
-        .map(|(k, mut values)| {
-            for true_c in 0..c {
-                let row = &mut values[true_c * c..(true_c + 1) * c];
-                let total: f64 = row.iter().sum();
-                if total > 0.0 {
-                    row.iter_mut().for_each(|x| *x /= total);
-                } else {
-                    row.copy_from_slice(prev.map_or(uniform, |p| p.confusion[k].row(true_c)));
-                }
+    let mut confusion = counts;
+    for (k, values) in confusion.chunks_exact_mut(cc).enumerate() {
+        for true_c in 0..c {
+            let row = &mut values[true_c * c..(true_c + 1) * c];
+            let total: f64 = row.iter().sum();
+            if total > 0.0 {
+                row.iter_mut().for_each(|x| *x /= total);
+            } else {
+                let at = k * cc + true_c * c;
+                row.copy_from_slice(prev.map_or(uniform, |p| &p.confusion[at..at + c]));
             }
-            ConfusionMatrix { n_classes: c, values }
-        })
-        .collect();
+        }
+    }
     let total: f64 = class_weight.iter().sum();
     let class_prior = match prior {
         ClassPrior::Learned if total > 0.0 => class_weight.iter().map(|w| w / total).collect(),
         ClassPrior::Learned => prev.map_or_else(|| uniform.to_vec(), |p| p.class_prior.clone()),
         ClassPrior::Uniform => uniform.to_vec(),
     };
-    DsParams { confusion, class_prior }
+    Flat { confusion, class_prior }
 }
 
-fn max_change(a: &DsParams, b: &DsParams) -> f64 {
-    let conf = a.confusion.iter().zip(&b.confusion).flat_map(|(x, y)| x.values.iter().zip(&y.values));
+fn max_change(a: &Flat, b: &Flat) -> f64 {
+    let conf = a.confusion.iter().zip(&b.confusion);
     conf.chain(a.class_prior.iter().zip(&b.class_prior)).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
 

@@ -80,6 +80,15 @@ struct Pair {
     human: Vec<Option<bool>>,
 }
 
+/// A generator pair without a single evaluator vote (only human rows, or only ties):
+/// nothing can be estimated for it, and the other pairs go on.
+struct Unvoted {
+    g0: String,
+    g1: String,
+    n_comparisons: usize,
+    human: Vec<Option<bool>>,
+}
+
 pub fn run(args: Args) -> Result<()> {
     let method = match args.method.as_str() {
         "observed" => Method::Observed,
@@ -121,11 +130,11 @@ pub fn run(args: Args) -> Result<()> {
     {
         bail!("--evaluators: `{missing}` has no rows in {}", args.comparisons.display());
     }
-    let pairs = group(&rows, human).with_context(|| format!("{}", args.comparisons.display()))?;
+    let (pairs, unvoted) = group(&rows, human).with_context(|| format!("{}", args.comparisons.display()))?;
     let ood = match &prior {
         Prior::Ood(path) => {
             let rows = filter(read_comparisons(path)?);
-            Some(group(&rows, human).with_context(|| format!("{}", path.display()))?)
+            Some(group(&rows, human).with_context(|| format!("{}", path.display()))?.0)
         }
         _ => None,
     };
@@ -219,13 +228,41 @@ pub fn run(args: Args) -> Result<()> {
             "excluded_evaluators": excluded,
         }));
     }
+    let why = "no evaluator votes (only human rows or ties)";
+    for u in &unvoted {
+        let human_rate = rate(&u.human);
+        let _ = writeln!(
+            table,
+            "{:<44} {:>5} {:>6} {:>8} {:>10} {:>16} {:>8} {:>8}",
+            truncate(&format!("{} vs {}", u.g0, u.g1), 44),
+            u.n_comparisons,
+            human_rate.map_or("-".to_owned(), |x| format!("{x:.3}")),
+            "-",
+            "unidentif.",
+            "-",
+            "-",
+            "-",
+        );
+        results.push(json!({
+            "generator_0": u.g0,
+            "generator_1": u.g1,
+            "n_comparisons": u.n_comparisons,
+            "evaluators": [],
+            "n_human_labels": u.human.iter().flatten().count(),
+            "human_win_rate": human_rate,
+            "observed": null,
+            "estimate": null,
+            "interval": null,
+            "unidentifiable": why,
+        }));
+    }
     let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     let doc = json!({
         "method": args.method,
         "prior": args.prior,
         "seed": args.seed,
         "level": args.level,
-        "n_pairs": pairs.len(),
+        "n_pairs": pairs.len() + unvoted.len(),
         "mean_abs_error": mean(&errs),
         "observed_mean_abs_error": mean(&obs_errs),
         "pairs": results,
@@ -266,7 +303,7 @@ fn parse_prior(s: &str) -> Result<Prior> {
 
 /// Groups rows into generator pairs (in order of first appearance). Evaluators are
 /// sorted by name; an evaluator without a single vote on a pair is left out of it.
-fn group(rows: &[ComparisonRow], human: &str) -> Result<Vec<Pair>> {
+fn group(rows: &[ComparisonRow], human: &str) -> Result<(Vec<Pair>, Vec<Unvoted>)> {
     let mut order: Vec<(String, String)> = Vec::new();
     let mut by_pair: HashMap<(String, String), Vec<&ComparisonRow>> = HashMap::new();
     for r in rows {
@@ -276,7 +313,7 @@ fn group(rows: &[ComparisonRow], human: &str) -> Result<Vec<Pair>> {
         }
         by_pair.entry(key).or_default().push(r);
     }
-    let mut pairs = Vec::new();
+    let (mut pairs, mut unvoted) = (Vec::new(), Vec::new());
     for key in order {
         let rows = &by_pair[&key];
         let mut items: Vec<&str> = Vec::new();
@@ -302,7 +339,8 @@ fn group(rows: &[ComparisonRow], human: &str) -> Result<Vec<Pair>> {
         }
         let keep: Vec<usize> = (0..names.len()).filter(|&e| votes.iter().any(|row| row[e].is_some())).collect();
         if keep.is_empty() {
-            bail!("generator pair {} vs {}: no evaluator votes (only `{human}` rows or ties)", key.0, key.1);
+            unvoted.push(Unvoted { g0: key.0, g1: key.1, n_comparisons: items.len(), human: labels });
+            continue;
         }
         let votes = votes.into_iter().map(|row| keep.iter().map(|&e| row[e]).collect()).collect();
         let evaluators = keep.iter().map(|&e| names[e].to_owned()).collect();
@@ -310,7 +348,7 @@ fn group(rows: &[ComparisonRow], human: &str) -> Result<Vec<Pair>> {
             PairVotes::new(evaluators, votes).with_context(|| format!("generator pair {} vs {}", key.0, key.1))?;
         pairs.push(Pair { g0: key.0, g1: key.1, votes, human: labels });
     }
-    Ok(pairs)
+    Ok((pairs, unvoted))
 }
 
 /// Reveals round(ratio x labeled) of the pair's human labels, chosen with `seed`.

@@ -1,7 +1,5 @@
 //! The N examples x K judges x C classes matrix that aggregators read, with missing entries.
 
-use std::collections::hash_map::Entry;
-
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::{CoreError, argmax, normalize_prob_vector};
@@ -129,11 +127,21 @@ pub struct JudgmentsBuilder {
     judge_index: HashMap<String, usize>,
     example_ids: Vec<String>,
     judge_names: Vec<String>,
-    /// (example, judge) -> start of its probabilities in `values`, or `MISSING` for an
-    /// explicitly missing entry. `u32` indices: at most 4 billion values.
-    entries: HashMap<(u32, u32), u32>,
+    /// (example, judge, start of its probabilities in `values` or `MISSING` for an
+    /// explicitly missing entry), in push order. `u32` indices: at most 4 billion values.
+    entries: Vec<(u32, u32, u32)>,
+    /// Duplicate detection. While every example's entries arrive together (the usual
+    /// example-major file), a new entry is compared with its example's run only; the
+    /// first example that comes back, or a run longer than `RUN_SCAN`, switches to a
+    /// set of every (example, judge) pair.
+    seen: Option<rustc_hash::FxHashSet<(u32, u32)>>,
+    run_start: usize,
+    closed: Vec<bool>,
     values: Vec<f64>,
 }
+
+/// The longest run of one example's entries checked for duplicates by a scan.
+const RUN_SCAN: usize = 64;
 
 impl JudgmentsBuilder {
     pub fn new(n_classes: usize) -> Result<Self, CoreError> {
@@ -146,7 +154,10 @@ impl JudgmentsBuilder {
             judge_index: HashMap::default(),
             example_ids: Vec::new(),
             judge_names: Vec::new(),
-            entries: HashMap::default(),
+            entries: Vec::new(),
+            seen: None,
+            run_start: 0,
+            closed: Vec::new(),
             values: Vec::new(),
         })
     }
@@ -177,16 +188,44 @@ impl JudgmentsBuilder {
             }
         }
         let key = (self.example(example) as u32, self.judge(judge) as u32);
-        match self.entries.entry(key) {
-            Entry::Occupied(_) => {
-                self.values.truncate(start);
-                Err(CoreError::Duplicate { example: example.to_owned(), judge: judge.to_owned() })
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(if probs.is_some() { start as u32 } else { MISSING });
-                Ok(())
-            }
+        if self.is_duplicate(key) {
+            self.values.truncate(start);
+            return Err(CoreError::Duplicate { example: example.to_owned(), judge: judge.to_owned() });
         }
+        self.entries.push((key.0, key.1, if probs.is_some() { start as u32 } else { MISSING }));
+        Ok(())
+    }
+
+    /// Whether `key` was pushed before (and, when not, records it).
+    fn is_duplicate(&mut self, key: (u32, u32)) -> bool {
+        if let Some(seen) = &mut self.seen {
+            return !seen.insert(key);
+        }
+        let current = self.entries.get(self.run_start).map(|e| e.0);
+        if current != Some(key.0) {
+            if let Some(c) = current {
+                self.closed[c as usize] = true;
+            }
+            self.closed.resize(self.closed.len().max(key.0 as usize + 1), false);
+            if self.closed[key.0 as usize] {
+                return self.switch_to_set(key);
+            }
+            self.run_start = self.entries.len();
+            return false;
+        }
+        let run = &self.entries[self.run_start..];
+        if run.len() >= RUN_SCAN {
+            return self.switch_to_set(key);
+        }
+        run.iter().any(|e| e.1 == key.1)
+    }
+
+    fn switch_to_set(&mut self, key: (u32, u32)) -> bool {
+        let mut seen: rustc_hash::FxHashSet<(u32, u32)> = self.entries.iter().map(|e| (e.0, e.1)).collect();
+        let dup = !seen.insert(key);
+        self.seen = Some(seen);
+        self.closed = Vec::new();
+        dup
     }
 
     /// Binary shorthand: `p` is the probability of the positive class (class 1).
@@ -199,9 +238,11 @@ impl JudgmentsBuilder {
 
     pub fn build(self) -> Judgments {
         let (n, c) = (self.example_ids.len(), self.n_classes);
-        let mut present: Vec<(u32, u32, u32)> =
-            self.entries.into_iter().filter(|&(_, start)| start != MISSING).map(|((e, j), s)| (e, j, s)).collect();
-        present.sort_unstable();
+        let mut present: Vec<(u32, u32, u32)> = self.entries;
+        present.retain(|e| e.2 != MISSING);
+        if !present.is_sorted_by_key(|e| (e.0, e.1)) {
+            present.sort_unstable_by_key(|e| (e.0, e.1));
+        }
         let mut row_start = vec![0usize; n + 1];
         for &(e, _, _) in &present {
             row_start[e as usize + 1] += 1;
@@ -280,6 +321,30 @@ mod tests {
         assert_eq!(j.entries().map(|(n, k, _)| (n, k)).collect::<Vec<_>>(), [(0, 0), (0, 1), (2, 2)]);
         assert_eq!(j.get(2, 2).map(|p| p[1]), Some(0.2));
         assert_eq!(j.get(2, 0), None);
+    }
+
+    /// Duplicates are found in any push order: example-major runs (the fast path), runs
+    /// longer than the scan, and examples that come back (the set), against a plain set.
+    #[test]
+    fn duplicates_are_found_in_any_order() {
+        let mut state = 12345u64;
+        let mut next = |m: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        for (examples, judges, pushes, grouped) in [(50, 5, 400, true), (3, 200, 500, true), (40, 8, 300, false)] {
+            let mut order: Vec<(u64, u64)> = (0..pushes).map(|_| (next(examples), next(judges))).collect();
+            if grouped {
+                order.sort_by_key(|&(e, _)| e);
+            }
+            let mut b = JudgmentsBuilder::new(2).unwrap();
+            let mut reference = std::collections::HashSet::new();
+            for (e, j) in order {
+                let got = b.push_binary(&format!("e{e}"), &format!("j{j}"), Some(0.5)).is_err();
+                assert_eq!(got, !reference.insert((e, j)), "e{e} j{j}");
+            }
+            assert_eq!(b.build().n_present(), reference.len());
+        }
     }
 
     #[test]
