@@ -43,7 +43,7 @@ pub enum OutputError {
     Locked { path: PathBuf, holder: String },
     #[error("{}: holds the output of {other}, not of {this}; choose another output, or pass --force (`overwrite: true` in an experiment) to replace it", path.display())]
     Foreign { path: PathBuf, other: String, this: String },
-    #[error("{}: already holds {file}, not written by jury; choose another output, or pass --force (`overwrite: true` in an experiment) to replace it", path.display())]
+    #[error("{}: already holds {file} but no marker of a jury output (.jury-output.json; an older jury wrote none); choose another output, or pass --force (`overwrite: true` in an experiment) to replace it", path.display())]
     Occupied { path: PathBuf, file: String },
     #[error("{}: is a symbolic link; jury does not write through links", path.display())]
     Symlink { path: PathBuf },
