@@ -35,6 +35,14 @@ def sparse(path, n=200_000, k=200_000, entries=1_000_000, seed=2):
             f.write(f"e{e},j{j},{rng.random():.4f}\n")
 
 
+def long_line(path, size=128_000_000):
+    """Two judgments, one of them on an example whose id is a 128 MB line."""
+    with open(path, "w") as f:
+        f.write("example_id,judge,p\n")
+        f.write("e" + "x" * size + ",a,0.9\n")
+        f.write("e2,a,0.1\n")
+
+
 def run(path, out):
     """Wall seconds and peak resident MB of one `jury aggregate` (GNU time)."""
     r = subprocess.run(["/usr/bin/time", "-f", "%e %M", jury, "aggregate", "--judgments", path,
@@ -48,7 +56,8 @@ def run(path, out):
 
 rows = []
 for name, file, make in [("1,000,000 x 20, 30% missing", "dense.csv", dense),
-                         ("sparse: 1,000,000 over 200,000 x 200,000", "sparse.csv", sparse)]:
+                         ("sparse: 1,000,000 over 200,000 x 200,000", "sparse.csv", sparse),
+                         ("one 128 MB line", "long-line.csv", long_line)]:
     path = os.path.join(work, file)
     make(path)
     secs, peak = run(path, os.path.join(work, f"out-{file}"))

@@ -75,25 +75,19 @@ impl Table {
         let df = match format {
             // Every CSV column is read as text and parsed here, so a bad value is reported
             // with its line instead of silently becoming null or changing a column's type.
-            // The records are checked here first: polars takes a short row for one with
-            // nulls, and names no line for the others.
+            // CSV is split here, not by polars: its splitter takes a short row for one
+            // with nulls, names no line for a bad one, and slows down quadratically on
+            // one very long line (a 64 MB field took seconds).
             Format::Csv => {
                 let bytes =
                     std::fs::read(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
                 drop(file);
-                if let Some((line, reason)) = malformed_csv(&bytes) {
-                    return Err(IoError::Malformed { path: path.to_owned(), line, reason });
-                }
-                if let Err(e) = std::str::from_utf8(&bytes) {
+                let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
+                let text = std::str::from_utf8(&bytes).map_err(|e| {
                     let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
-                    return Err(IoError::Malformed { path: path.to_owned(), line, reason: "not UTF-8 text".into() });
-                }
-                CsvReadOptions::default()
-                    .with_has_header(true)
-                    .with_infer_schema_length(Some(0))
-                    .into_reader_with_file_handle(std::io::Cursor::new(bytes))
-                    .finish()
-                    .map_err(read_err)?
+                    malformed((line, "not UTF-8 text".to_owned()))
+                })?;
+                csv_frame(text).map_err(malformed)?
             }
             Format::JsonLines | Format::JsonArray => {
                 let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
@@ -378,7 +372,7 @@ fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
         }
     };
     match format {
-        Format::Csv => malformed_csv(text.as_bytes()),
+        Format::Csv => csv_frame(text).err(),
         Format::JsonLines => text.lines().enumerate().find_map(|(i, l)| {
             let l = l.trim();
             (!l.is_empty())
@@ -391,63 +385,144 @@ fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
     }
 }
 
-/// RFC 4180 records: fields split on commas outside double quotes, records on line
-/// breaks outside them. The first record (the header) sets the field count.
-fn malformed_csv(text: &[u8]) -> Option<(usize, String)> {
-    let (mut line, mut record_line) = (1usize, 1usize);
-    let (mut fields, mut header) = (1usize, None::<usize>);
-    let (mut in_quotes, mut empty_record) = (false, true);
-    let mut i = 0;
-    while i < text.len() {
-        let c = text[i];
-        i += 1;
+/// A cell of a CSV file: a slice of the text, or (for a quoted field with `""` escapes)
+/// an index into the unescaped strings.
+#[derive(Clone, Copy)]
+enum Cell {
+    Span(u32, u32),
+    Owned(u32),
+}
+
+/// Splits CSV text (RFC 4180: fields on commas outside double quotes, records on line
+/// breaks outside them; `\r\n` or `\n`) into columns named by the first record. Every
+/// record must have the header's number of fields. Returns (header, columns of cells,
+/// unescaped strings); an empty field is null.
+#[allow(clippy::type_complexity)]
+fn split_csv(text: &str) -> Result<(Vec<String>, Vec<Vec<Option<Cell>>>, Vec<String>), (usize, String)> {
+    let b = text.as_bytes();
+    if b.len() >= u32::MAX as usize {
+        return Err((1, "larger than 4 GiB; split the file or use Parquet".into()));
+    }
+    let mut owned = Vec::new();
+    let mut header: Option<Vec<String>> = None;
+    let mut columns: Vec<Vec<Option<Cell>>> = Vec::new();
+    let mut record: Vec<Option<Cell>> = Vec::new();
+    let (mut line, mut i) = (1usize, 0usize);
+    let cell_text = |c: &Option<Cell>, owned: &[String]| -> String {
         match c {
-            b'"' if in_quotes && text.get(i) == Some(&b'"') => i += 1,
-            b'"' => in_quotes = !in_quotes,
-            b',' if !in_quotes => fields += 1,
-            b'\n' => {
-                line += 1;
-                if in_quotes {
-                    continue;
-                }
-                if !empty_record {
-                    match header {
-                        None => header = Some(fields),
-                        Some(h) if h != fields => {
-                            return Some((record_line, format!("{fields} fields, the header has {h}")));
+            Some(Cell::Span(a, z)) => text[*a as usize..*z as usize].to_owned(),
+            Some(Cell::Owned(k)) => owned[*k as usize].clone(),
+            None => String::new(),
+        }
+    };
+    while i < b.len() {
+        let record_line = line;
+        record.clear();
+        // One record: fields until an unquoted line break or the end.
+        loop {
+            let cell = if b.get(i) == Some(&b'"') {
+                let start = i + 1;
+                let mut j = start;
+                let mut escaped = false;
+                loop {
+                    match b.get(j) {
+                        None => return Err((record_line, "a quoted field is never closed".into())),
+                        Some(b'"') if b.get(j + 1) == Some(&b'"') => {
+                            escaped = true;
+                            j += 2;
                         }
-                        Some(_) => {}
+                        Some(b'"') => break,
+                        Some(b'\n') => {
+                            line += 1;
+                            j += 1;
+                        }
+                        Some(_) => j += 1,
                     }
                 }
-                (fields, record_line, empty_record) = (1, line, true);
-                continue;
+                let inner = &text[start..j];
+                i = j + 1;
+                if escaped {
+                    owned.push(inner.replace("\"\"", "\""));
+                    Some(Cell::Owned((owned.len() - 1) as u32))
+                } else {
+                    Some(Cell::Span(start as u32, j as u32))
+                }
+            } else {
+                let start = i;
+                while i < b.len() && !matches!(b[i], b',' | b'\n') {
+                    i += 1;
+                }
+                let end = if i > start && b[i - 1] == b'\r' && b.get(i) != Some(&b',') { i - 1 } else { i };
+                (end > start).then_some(Cell::Span(start as u32, end as u32))
+            };
+            record.push(cell);
+            // After a quoted field: skip a `\r` before the line break.
+            if b.get(i) == Some(&b'\r') && b.get(i + 1) == Some(&b'\n') {
+                i += 1;
             }
-            b'\r' => continue,
-            _ => {}
+            match b.get(i) {
+                Some(b',') => i += 1,
+                Some(b'\n') => {
+                    i += 1;
+                    line += 1;
+                    break;
+                }
+                None => break,
+                Some(_) => return Err((record_line, "text after a closing quote".into())),
+            }
         }
-        empty_record = false;
+        if record.len() == 1 && record[0].is_none() {
+            continue; // a blank line
+        }
+        match &header {
+            None => {
+                header = Some(record.iter().map(|c| cell_text(c, &owned)).collect());
+                columns = vec![Vec::new(); record.len()];
+            }
+            Some(h) if h.len() != record.len() => {
+                return Err((record_line, format!("{} fields, the header has {}", record.len(), h.len())));
+            }
+            Some(_) => columns.iter_mut().zip(&record).for_each(|(col, c)| col.push(*c)),
+        }
     }
-    if in_quotes {
-        return Some((record_line, "a quoted field is never closed".into()));
+    Ok((header.unwrap_or_default(), columns, owned))
+}
+
+/// A DataFrame of text columns from CSV text (see [`split_csv`]).
+fn csv_frame(text: &str) -> Result<DataFrame, (usize, String)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let (header, columns, owned) = split_csv(text)?;
+    let height = columns.first().map_or(0, Vec::len);
+    let mut cols = Vec::with_capacity(header.len());
+    for (name, cells) in header.iter().zip(columns) {
+        let values = cells.iter().map(|c| match c {
+            Some(Cell::Span(a, z)) => Some(&text[*a as usize..*z as usize]),
+            Some(Cell::Owned(k)) => Some(owned[*k as usize].as_str()),
+            None => None,
+        });
+        cols.push(StringChunked::from_iter_options(name.as_str().into(), values).into_series().into_column());
     }
-    match header {
-        Some(h) if !empty_record && h != fields => Some((record_line, format!("{fields} fields, the header has {h}"))),
-        _ => None,
-    }
+    DataFrame::new(height, cols)
+        .map_err(|e| (1, format!("header: {}", e.to_string().lines().next().unwrap_or_default())))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn malformed_csv_names_the_line() {
-        use super::malformed_csv;
-        let check = |t: &str| malformed_csv(t.as_bytes());
+    fn csv_is_split_by_rfc_4180_and_a_bad_record_names_its_line() {
+        use super::csv_frame;
+        let check = |t: &str| csv_frame(t).err();
         assert_eq!(check("a,b\n1,2\n\"x,y\",3\n"), None);
         assert_eq!(check("a,b\n1,2\n3\n"), Some((3, "1 fields, the header has 2".into())));
         assert_eq!(check("a,b\n1,2\n3"), Some((3, "1 fields, the header has 2".into())));
         assert_eq!(check("a,b\n1,\"2\n3,4\n"), Some((2, "a quoted field is never closed".into())));
         assert_eq!(check("a,b\n\"multi\nline\",2\n5,6,7\n"), Some((4, "3 fields, the header has 2".into())));
-        assert_eq!(check("a,b\r\n1,\"say \"\"hi\"\"\"\r\n"), None);
+        let df = csv_frame("\u{feff}a,b\r\n1,\"say \"\"hi\"\"\"\r\n,\"x,\ny\"\r\n\n").unwrap();
+        assert_eq!(df.height(), 2);
+        let a: Vec<Option<&str>> = df.column("a").unwrap().str().unwrap().iter().collect();
+        let b: Vec<Option<&str>> = df.column("b").unwrap().str().unwrap().iter().collect();
+        assert_eq!(a, [Some("1"), None]);
+        assert_eq!(b, [Some("say \"hi\""), Some("x,\ny")]);
     }
 
     use super::*;
