@@ -354,8 +354,19 @@ impl Settings {
         Ok(Self { methods, ties, ds, neural, neural_opts })
     }
 
+    /// Reads the examples' contexts from `path` instead (a run's own contexts file, read
+    /// from its staging folder before it is published).
+    #[cfg(feature = "judges")]
+    pub fn read_contexts_from(&mut self, path: std::path::PathBuf) {
+        if let Some(opts) = &mut self.neural_opts {
+            opts.contexts = path;
+        }
+    }
+
     /// Whether `n_labeled` labeled examples leave a test set beside the dev set of the
-    /// context-dependent methods (checked before any embedding or judging).
+    /// context-dependent methods: `jury run` asks before judging (`neural::run` checks
+    /// the judged examples again before any embedding).
+    #[cfg(feature = "judges")]
     pub fn check_labeled(&self, n_labeled: usize) -> Result<()> {
         if let Some(opts) = &self.neural_opts
             && n_labeled <= opts.dev_size
@@ -398,9 +409,6 @@ pub fn run(args: Args) -> Result<()> {
         None => None,
     };
     let source = format!("{}", args.judgments.display());
-    if let Some(l) = &labels {
-        settings.check_labeled(l.n_labeled())?;
-    }
     // Every input is read and every method run before the output directory is touched.
     let results = results(&judgments, labels.as_ref(), &settings)?;
     let out = OutputDir::open(&args.out, Owner { command: "aggregate".into(), source }, &FILES, args.force)?;

@@ -27,38 +27,37 @@ pub struct Args {
 /// The YAML experiment, with this program's aggregation options.
 pub type Experiment = jury_runner::Experiment<aggregate::Options>;
 
-/// Reads and checks the experiment and prepares the process environment. Called before
-/// any thread starts: candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
-pub fn prepare(args: &Args) -> Result<Experiment> {
+/// Reads and checks the experiment, resolves its aggregation settings (once: this may
+/// read the hub cache for the encoder) and prepares the process environment. Called
+/// before any thread starts: candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
+pub fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
     let mut exp = Experiment::read(&args.config)?;
     exp.overwrite |= args.force;
     if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
         exp.aggregate.contexts = Some(OutputLayout::published_contexts(&exp.output));
     }
-    Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
+    let settings = Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
     if exp.runtime.dequantize && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
         // SAFETY: called from `main` before the async runtime or any other thread exists.
         unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
     }
-    Ok(exp)
+    Ok((exp, settings))
 }
 
 /// Runs an experiment returned by [`prepare`]. Every output file but the judgment
 /// cache is staged and published only when aggregation has succeeded too.
-pub fn run(exp: Experiment) -> Result<()> {
+pub fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     let started = Instant::now();
     let prepared = jury_runner::prepare(&exp)?;
     let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();
-    Settings::new(&exp.aggregate)?.check_labeled(labeled).context("`aggregate`")?;
+    settings.check_labeled(labeled).context("`aggregate`")?;
     let (layout, run) = prepared.judge(&MultiProgress::new())?;
     // Contexts the run derives itself are staged with the rest; aggregation reads them there.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
     jury_runner::write_judging(&layout, &exp, &run, own_contexts)?;
-    let mut options = exp.aggregate.clone();
     if own_contexts {
-        options.contexts = Some(layout.contexts());
+        settings.read_contexts_from(layout.contexts());
     }
-    let settings = Settings::new(&options)?;
     println!();
     for j in &run.judges {
         let s = &j.results.summary;
