@@ -366,6 +366,34 @@ fn skills_start_at_dawid_skenes_estimates() {
     assert!(!dir.path().join("out2").exists());
 }
 
+/// An embedding cache file of the right size whose values are not numbers (damaged on
+/// disk) is embedded again with a warning, and the result equals the clean run's.
+#[test]
+fn a_damaged_embedding_cache_is_embedded_again() {
+    let dir = tempfile::tempdir().unwrap();
+    context_jury(dir.path(), 40);
+    let cache = dir.path().join("cache");
+    let flags = ["--methods", "skillagg-noreg", "--dev-size", "10", "--seeds", "1", "--epochs", "1"];
+    let clean = aggregate_contexts(dir.path(), &cache, &flags, "clean");
+    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
+    let embeddings = cache.join("jury/embeddings");
+    let files: Vec<_> = fs::read_dir(&embeddings).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let size = fs::metadata(&files[0]).unwrap().len() as usize;
+    fs::write(&files[0], f32::NAN.to_le_bytes().repeat(size / 4)).unwrap();
+    let again = aggregate_contexts(dir.path(), &cache, &flags, "again");
+    let log = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{log}");
+    assert!(log.contains("holds values that are not numbers; embedding again"), "{log}");
+    let metrics = |out: &str| {
+        let m: Value =
+            serde_json::from_str(&fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap()).unwrap();
+        m["methods"]["skillagg-noreg"]["accuracy"].clone()
+    };
+    assert_eq!(metrics("again"), metrics("clean"));
+    assert!(metrics("clean").is_number());
+}
+
 /// `--first-seed`: a run of seed 1 alone gives what seed 1 gave beside seed 0 (dev set,
 /// accuracy), so the seeds of a long run can go to separate machines.
 #[test]

@@ -267,7 +267,12 @@ fn embed_cached(ordered: &[&str], opts: &NeuralOptions) -> Result<(Vec<f32>, usi
         && bytes.len() == ordered.len() * h * 4
     {
         let v: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        return Ok((v, h));
+        // An encoder never writes a non-finite value: such a file was damaged after it
+        // was written, and is replaced instead of turning posteriors into NaN.
+        if v.iter().all(|x| x.is_finite()) {
+            return Ok((v, h));
+        }
+        eprintln!("warning: {} holds values that are not numbers; embedding again", file.display());
     }
     std::fs::create_dir_all(&cache).with_context(|| format!("creating embedding cache {}", cache.display()))?;
     let partial = cache.join(format!("{key}.partial"));

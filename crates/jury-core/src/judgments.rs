@@ -250,10 +250,21 @@ impl JudgmentsBuilder {
         for i in 0..n {
             row_start[i + 1] += row_start[i];
         }
-        let mut probs = Vec::with_capacity(present.len() * c);
-        for &(_, _, start) in &present {
-            probs.extend_from_slice(&self.values[start as usize..start as usize + c]);
-        }
+        // Entries pushed in (example, judge) order already lie in `values` in row order:
+        // the usual example-major file keeps its buffer instead of copying it.
+        let in_place = present.iter().enumerate().all(|(k, e)| e.2 as usize == k * c);
+        let probs = if in_place {
+            let mut values = self.values;
+            values.truncate(present.len() * c);
+            values.shrink_to_fit();
+            values
+        } else {
+            let mut probs = Vec::with_capacity(present.len() * c);
+            for &(_, _, start) in &present {
+                probs.extend_from_slice(&self.values[start as usize..start as usize + c]);
+            }
+            probs
+        };
         let judges = present.into_iter().map(|(_, j, _)| j).collect();
         Judgments {
             example_ids: self.example_ids,

@@ -6,6 +6,7 @@
 //! guessing. Outputs are written to a temporary file in the target directory and renamed
 //! into place, so a reader never sees a half-written file.
 
+mod csv;
 mod output;
 mod pairwise;
 mod table;

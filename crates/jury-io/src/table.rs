@@ -79,15 +79,13 @@ impl Table {
             // with nulls, names no line for a bad one, and slows down quadratically on
             // one very long line (a 64 MB field took seconds).
             Format::Csv => {
-                let bytes =
-                    std::fs::read(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
                 drop(file);
-                let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
-                let text = std::str::from_utf8(&bytes).map_err(|e| {
-                    let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
-                    malformed((line, "not UTF-8 text".to_owned()))
-                })?;
-                csv_frame(text).map_err(malformed)?
+                let text = read_text(path)?;
+                crate::csv::frame(&text).map_err(|(line, reason)| IoError::Malformed {
+                    path: path.to_owned(),
+                    line,
+                    reason,
+                })?
             }
             Format::JsonLines | Format::JsonArray => {
                 let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
@@ -244,6 +242,9 @@ enum ProbColumns {
 
 /// Reads a judgments table (CSV, JSON Lines, JSON array or Parquet, by extension).
 pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
+    if Format::of(path)? == Format::Csv {
+        return read_judgments_csv(path);
+    }
     let t = Table::load(path)?;
     let ids = t.required_text("example_id")?;
     let judges = t.required_text("judge")?;
@@ -287,6 +288,160 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
         };
         pushed.map_err(|e| t.entry_err(i, e))?;
     }
+    Ok(builder.build())
+}
+
+/// Where a judgments CSV keeps what, from its header (the same precedence as
+/// [`read_judgments`]: `probs`, then `p0...`, then `p`).
+struct CsvLayout {
+    id: usize,
+    judge: usize,
+    probs: CsvProbs,
+}
+
+enum CsvProbs {
+    Binary(usize),
+    PerClass(Vec<(usize, String)>),
+    Lists(usize),
+}
+
+impl CsvLayout {
+    fn of(path: &Path, names: &[String]) -> Result<Self, IoError> {
+        let found = || names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        let find = |name: &str| names.iter().position(|n| n == name);
+        let require = |name: &str| {
+            find(name).ok_or_else(|| IoError::MissingColumn {
+                path: path.to_owned(),
+                column: name.into(),
+                found: found(),
+            })
+        };
+        let (id, judge) = (require("example_id")?, require("judge")?);
+        let probs = if let Some(i) = find("probs") {
+            CsvProbs::Lists(i)
+        } else if find("p0").is_some() {
+            let cols: Vec<(usize, String)> =
+                (0..).map(|c| format!("p{c}")).map_while(|n| find(&n).map(|i| (i, n))).collect();
+            if cols.len() < 2 {
+                return Err(IoError::MissingColumn { path: path.to_owned(), column: "p1".into(), found: found() });
+            }
+            CsvProbs::PerClass(cols)
+        } else if let Some(i) = find("p") {
+            CsvProbs::Binary(i)
+        } else {
+            return Err(IoError::NoProbColumns { path: path.to_owned(), found: found() });
+        };
+        Ok(Self { id, judge, probs })
+    }
+}
+
+/// Why a judgments CSV scan stopped: a problem, or (for the class count) the answer.
+enum Stop {
+    Failed(IoError),
+    Classes(usize),
+}
+
+/// [`read_judgments`] for CSV: records go straight from the text into the builder, so
+/// memory is the file's bytes plus the judgments, without a table of cells in between.
+fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
+    let text = read_text(path)?;
+    let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
+    let field = |line: usize, column: &str, reason: String| IoError::Field {
+        path: path.to_owned(),
+        row: format!("line {line}"),
+        column: column.to_owned(),
+        reason,
+    };
+    let number = |r: &crate::csv::Record<'_>, i: usize, column: &str| match r.get(i).map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => t.parse::<f64>().map(Some).map_err(|_| field(r.line, column, format!("`{t}` is not a number"))),
+    };
+    let list = |r: &crate::csv::Record<'_>, i: usize| match r.get(i).map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => serde_json::from_str::<Vec<f64>>(t)
+            .map(Some)
+            .map_err(|_| field(r.line, "probs", format!("`{t}` is not a JSON array of numbers"))),
+    };
+    let mut layout: Option<CsvLayout> = None;
+    crate::csv::scan(&text, malformed, |r| {
+        layout = Some(CsvLayout::of(path, &crate::csv::header_names(r).map_err(malformed)?)?);
+        // The header is all this pass needs.
+        Err(IoError::Empty { path: path.to_owned() })
+    })
+    .or_else(|e| if layout.is_some() { Ok(()) } else { Err(e) })?;
+    let Some(layout) = layout else { return Err(IoError::Empty { path: path.to_owned() }) };
+    // A list column's class count is the first non-empty list's length.
+    let n_classes = match &layout.probs {
+        CsvProbs::Binary(_) => 2,
+        CsvProbs::PerClass(cols) => cols.len(),
+        CsvProbs::Lists(i) => {
+            let mut header = true;
+            let found = crate::csv::scan(
+                &text,
+                |m| Stop::Failed(malformed(m)),
+                |r| match std::mem::take(&mut header) {
+                    true => Ok(()),
+                    false => match list(r, *i).map_err(Stop::Failed)? {
+                        Some(v) => Err(Stop::Classes(v.len())),
+                        None => Ok(()),
+                    },
+                },
+            );
+            match found {
+                Ok(()) => 2,
+                Err(Stop::Classes(n)) => n,
+                Err(Stop::Failed(e)) => return Err(e),
+            }
+        }
+    };
+    let entry_err = |line: usize, source| IoError::Entry { path: path.to_owned(), row: format!("line {line}"), source };
+    let mut builder = JudgmentsBuilder::new(n_classes).map_err(|e| entry_err(2, e))?;
+    let mut rows = 0usize;
+    let mut row = Vec::with_capacity(n_classes);
+    crate::csv::scan(&text, malformed, |r| {
+        rows += 1;
+        if rows == 1 {
+            return Ok(()); // the header
+        }
+        let required = |i: usize, column: &str| match r.get(i) {
+            Some(v) if !v.trim().is_empty() => Ok(v),
+            _ => Err(field(r.line, column, "empty value".into())),
+        };
+        let (id, judge) = (required(layout.id, "example_id")?, required(layout.judge, "judge")?);
+        let pushed = match &layout.probs {
+            CsvProbs::Binary(i) => match number(r, *i, "p")? {
+                // Checked here so the error names the `p` the user wrote, not 1 - p.
+                Some(x) => jury_core::Prob::new(x).and_then(|_| builder.push_binary(id, judge, Some(x))),
+                None => builder.push_binary(id, judge, None),
+            },
+            CsvProbs::Lists(i) => builder.push_slice(id, judge, list(r, *i)?.as_deref()),
+            CsvProbs::PerClass(cols) => {
+                row.clear();
+                for (i, name) in cols {
+                    row.push(number(r, *i, name)?);
+                }
+                match row.iter().filter(|x| x.is_some()).count() {
+                    0 => builder.push_slice(id, judge, None),
+                    n if n == n_classes => {
+                        let p: Vec<f64> = row.iter().flatten().copied().collect();
+                        builder.push_slice(id, judge, Some(&p))
+                    }
+                    _ => {
+                        return Err(field(
+                            r.line,
+                            "p0",
+                            "some class probabilities are empty and others are not".into(),
+                        ));
+                    }
+                }
+            }
+        };
+        pushed.map_err(|e| entry_err(r.line, e))
+    })?;
+    if rows < 2 {
+        return Err(IoError::Empty { path: path.to_owned() });
+    }
+    drop(text);
     Ok(builder.build())
 }
 
@@ -358,6 +513,16 @@ pub fn read_texts(path: &Path) -> Result<HashMap<String, String>, IoError> {
     Ok(out)
 }
 
+/// A whole file as text; bytes that are not UTF-8 are an error naming their line.
+fn read_text(path: &Path) -> Result<String, IoError> {
+    let bytes = std::fs::read(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..valid].iter().filter(|&&b| b == b'\n').count() + 1;
+        IoError::Malformed { path: path.to_owned(), line, reason: "not UTF-8 text".to_owned() }
+    })
+}
+
 /// The first line of a JSON file polars refused, and why: bytes that are not UTF-8; for
 /// JSON Lines a line that is not one JSON value; for a JSON array the position
 /// serde_json reports. `None` when none is found.
@@ -371,7 +536,7 @@ fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
         }
     };
     match format {
-        // CSV never reaches polars: `csv_frame` reports its own lines.
+        // CSV never reaches polars: `csv::scan` reports its own lines.
         Format::Csv | Format::Parquet => None,
         Format::JsonLines => text.lines().enumerate().find_map(|(i, l)| {
             let l = l.trim();
@@ -384,146 +549,8 @@ fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
     }
 }
 
-/// A cell of a CSV file: a slice of the text, or (for a quoted field with `""` escapes)
-/// an index into the unescaped strings.
-#[derive(Clone, Copy)]
-enum Cell {
-    Span(u32, u32),
-    Owned(u32),
-}
-
-/// Splits CSV text (RFC 4180: fields on commas outside double quotes, records on line
-/// breaks outside them; `\r\n` or `\n`) into columns named by the first record. Every
-/// record must have the header's number of fields. Returns (header, columns of cells,
-/// unescaped strings); an empty field is null.
-#[allow(clippy::type_complexity)]
-fn split_csv(text: &str) -> Result<(Vec<String>, Vec<Vec<Option<Cell>>>, Vec<String>), (usize, String)> {
-    let b = text.as_bytes();
-    if b.len() >= u32::MAX as usize {
-        return Err((1, "larger than 4 GiB; split the file or use Parquet".into()));
-    }
-    let mut owned = Vec::new();
-    let mut header: Option<Vec<String>> = None;
-    let mut columns: Vec<Vec<Option<Cell>>> = Vec::new();
-    let mut record: Vec<Option<Cell>> = Vec::new();
-    let (mut line, mut i) = (1usize, 0usize);
-    let cell_text = |c: &Option<Cell>, owned: &[String]| -> String {
-        match c {
-            Some(Cell::Span(a, z)) => text[*a as usize..*z as usize].to_owned(),
-            Some(Cell::Owned(k)) => owned[*k as usize].clone(),
-            None => String::new(),
-        }
-    };
-    while i < b.len() {
-        let record_line = line;
-        record.clear();
-        // One record: fields until an unquoted line break or the end.
-        loop {
-            let cell = if b.get(i) == Some(&b'"') {
-                let start = i + 1;
-                let mut j = start;
-                let mut escaped = false;
-                loop {
-                    match b.get(j) {
-                        None => return Err((record_line, "a quoted field is never closed".into())),
-                        Some(b'"') if b.get(j + 1) == Some(&b'"') => {
-                            escaped = true;
-                            j += 2;
-                        }
-                        Some(b'"') => break,
-                        Some(b'\n') => {
-                            line += 1;
-                            j += 1;
-                        }
-                        Some(_) => j += 1,
-                    }
-                }
-                let inner = &text[start..j];
-                i = j + 1;
-                if escaped {
-                    owned.push(inner.replace("\"\"", "\""));
-                    Some(Cell::Owned((owned.len() - 1) as u32))
-                } else {
-                    Some(Cell::Span(start as u32, j as u32))
-                }
-            } else {
-                let start = i;
-                while i < b.len() && !matches!(b[i], b',' | b'\n') {
-                    i += 1;
-                }
-                let end = if i > start && b[i - 1] == b'\r' && b.get(i) != Some(&b',') { i - 1 } else { i };
-                (end > start).then_some(Cell::Span(start as u32, end as u32))
-            };
-            record.push(cell);
-            // After a quoted field: skip a `\r` before the line break.
-            if b.get(i) == Some(&b'\r') && b.get(i + 1) == Some(&b'\n') {
-                i += 1;
-            }
-            match b.get(i) {
-                Some(b',') => i += 1,
-                Some(b'\n') => {
-                    i += 1;
-                    line += 1;
-                    break;
-                }
-                None => break,
-                Some(_) => return Err((record_line, "text after a closing quote".into())),
-            }
-        }
-        if record.len() == 1 && record[0].is_none() {
-            continue; // a blank line
-        }
-        match &header {
-            None => {
-                header = Some(record.iter().map(|c| cell_text(c, &owned)).collect());
-                columns = vec![Vec::new(); record.len()];
-            }
-            Some(h) if h.len() != record.len() => {
-                return Err((record_line, format!("{} fields, the header has {}", record.len(), h.len())));
-            }
-            Some(_) => columns.iter_mut().zip(&record).for_each(|(col, c)| col.push(*c)),
-        }
-    }
-    Ok((header.unwrap_or_default(), columns, owned))
-}
-
-/// A DataFrame of text columns from CSV text (see [`split_csv`]).
-fn csv_frame(text: &str) -> Result<DataFrame, (usize, String)> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let (header, columns, owned) = split_csv(text)?;
-    let height = columns.first().map_or(0, Vec::len);
-    let mut cols = Vec::with_capacity(header.len());
-    for (name, cells) in header.iter().zip(columns) {
-        let values = cells.iter().map(|c| match c {
-            Some(Cell::Span(a, z)) => Some(&text[*a as usize..*z as usize]),
-            Some(Cell::Owned(k)) => Some(owned[*k as usize].as_str()),
-            None => None,
-        });
-        cols.push(StringChunked::from_iter_options(name.as_str().into(), values).into_series().into_column());
-    }
-    DataFrame::new(height, cols)
-        .map_err(|e| (1, format!("header: {}", e.to_string().lines().next().unwrap_or_default())))
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn csv_is_split_by_rfc_4180_and_a_bad_record_names_its_line() {
-        use super::csv_frame;
-        let check = |t: &str| csv_frame(t).err();
-        assert_eq!(check("a,b\n1,2\n\"x,y\",3\n"), None);
-        assert_eq!(check("a,b\n1,2\n3\n"), Some((3, "1 fields, the header has 2".into())));
-        assert_eq!(check("a,b\n1,2\n3"), Some((3, "1 fields, the header has 2".into())));
-        assert_eq!(check("a,b\n1,\"2\n3,4\n"), Some((2, "a quoted field is never closed".into())));
-        assert_eq!(check("a,b\n\"multi\nline\",2\n5,6,7\n"), Some((4, "3 fields, the header has 2".into())));
-        let df = csv_frame("\u{feff}a,b\r\n1,\"say \"\"hi\"\"\"\r\n,\"x,\ny\"\r\n\n").unwrap();
-        assert_eq!(df.height(), 2);
-        let a: Vec<Option<&str>> = df.column("a").unwrap().str().unwrap().iter().collect();
-        let b: Vec<Option<&str>> = df.column("b").unwrap().str().unwrap().iter().collect();
-        assert_eq!(a, [Some("1"), None]);
-        assert_eq!(b, [Some("say \"hi\""), Some("x,\ny")]);
-    }
-
     use super::*;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -590,6 +617,28 @@ mod tests {
         );
         let e = read_judgments(&short).unwrap_err().to_string();
         assert!(e.ends_with("s.jsonl line 2: probability vector has 2 entries, expected 3 (one per class)"), "{e}");
+    }
+
+    #[test]
+    fn csv_judgments_errors_name_the_line_a_record_starts_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |name: &str, text: &str| read_judgments(&write(dir.path(), name, text)).map_err(|e| e.to_string());
+        let e = read("q.csv", "example_id,judge,p\n\"two\nlines\",a,0.5\nx,a,high\n").unwrap_err();
+        assert!(e.ends_with("q.csv line 4: column `p`: `high` is not a number"), "{e}");
+        let e = read("h.csv", "example_id,judge,p\n").unwrap_err();
+        assert!(e.ends_with("h.csv: has no rows"), "{e}");
+        let e = read("m.csv", "example_id,p\nx,0.5\n").unwrap_err();
+        assert!(e.contains("missing column `judge` (columns found: `example_id`, `p`)"), "{e}");
+        let e = read("l.csv", "example_id,judge,probs\nx,a,\ny,a,[0.5\n").unwrap_err();
+        assert!(e.ends_with("l.csv line 3: column `probs`: `[0.5` is not a JSON array of numbers"), "{e}");
+        let e = read("e.csv", "example_id,judge,p\nx, ,0.5\n").unwrap_err();
+        assert!(e.ends_with("e.csv line 2: column `judge`: empty value"), "{e}");
+        // Rows out of (example, judge) order still land in their cells.
+        let j = read_judgments(&write(dir.path(), "o.csv", "example_id,judge,p\nx,b,0.5\ny,a,0.25\nx,a,1\n")).unwrap();
+        assert_eq!(j.get(0, 0), Some(&[0.5, 0.5][..]));
+        assert_eq!(j.get(0, 1), Some(&[0.0, 1.0][..]));
+        assert_eq!(j.get(1, 1), Some(&[0.75, 0.25][..]));
+        assert_eq!(j.get(1, 0), None);
     }
 
     #[test]
