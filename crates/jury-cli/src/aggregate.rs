@@ -512,7 +512,7 @@ pub fn results(judgments: &Judgments, labels: Option<&Labels>, settings: &Settin
                     right as f64 / test.len().max(1) as f64
                 })
                 .collect();
-            let (mean, std) = crate::neural::mean_std(&accs);
+            let (mean, std) = jury_metrics::mean_std(&accs);
             metrics["methods"][r.name]["outside_dev"] = json!({"accuracy": mean, "std": std, "seeds": accs});
             neural_table
                 .push_str(&format!("{:<16}  {mean:.4} +- {std:.4} on the same test splits (context-free)\n", r.name));

@@ -158,13 +158,6 @@ pub struct NeuralRun {
     pub posteriors: Vec<Vec<f64>>,
 }
 
-pub fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len().max(1) as f64;
-    let m = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().saturating_sub(1).max(1)) as f64;
-    (m, var.sqrt())
-}
-
 /// Every example's context text, in example order.
 fn context_texts(j: &Judgments, opts: &NeuralOptions) -> Result<Vec<String>> {
     let mut texts = jury_io::read_texts(&opts.contexts)?;
@@ -623,7 +616,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
                 };
             }
         }
-        let (mean, std) = mean_std(&accs);
+        let (mean, std) = jury_metrics::mean_std(&accs);
         let mut entry = json!({
             "accuracy": mean, "std": std, "seeds": accs, "dev_accuracy": devs, "chosen": chosen,
             "dev_size": opts.dev_size, "seconds": m_start.elapsed().as_secs_f64(),
@@ -633,7 +626,7 @@ pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &Neur
         // much reading the judges through Eq. (8) adds to (or takes from) it. Every
         // seed or none (an old fine-tuning checkpoint has no context read).
         if !context_accs.is_empty() && context_accs.len() == accs.len() {
-            let (mean, std) = mean_std(&context_accs);
+            let (mean, std) = jury_metrics::mean_std(&context_accs);
             entry["context_accuracy"] = json!({"accuracy": mean, "std": std, "seeds": context_accs});
         }
         if !slopes_all.is_empty() {

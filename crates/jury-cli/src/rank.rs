@@ -1,39 +1,32 @@
 //! `jury rank` (rank models from their responses, no reference needed; scored against a
 //! reference when one is in the file) and `jury rank-sim` (the triplet-ranking paper's
-//! multiple-choice simulation, its Table 2 and Figure 4).
+//! multiple-choice simulation): reads, calls jury-rank, prints and writes the JSON.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use jury_io::{read_responses, write_atomic};
-use jury_metrics::{average_precision_at_k, rank_biased_overlap, spearman};
 use jury_rank::{
-    Equality, Evaluation, FtrConfig, NoisyEquality, Ranking, Responses, Rouge2, full_triplet_ranking,
-    greedy_triplet_ranking, most_common_answer,
+    EvalSpec, Method, RankReport, Ranking, Responses, SimOptions, SimStudy, score_against_reference, simulate_study,
 };
-use jury_sim::{ChoiceConfig, simulate_choice};
-use serde_json::json;
 
 #[cfg(feature = "judges")]
 use crate::llm_eval::{LlmEvalConfig, LlmEvaluation};
-
-/// Rank-biased overlap persistence used throughout (the paper's p = 0.95).
-const RBO_P: f64 = 0.95;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Responses table: prompt_id, model, response (.csv, .jsonl, .json or .parquet).
     #[arg(long)]
     responses: PathBuf,
-    /// gtr (greedy triplet), ftr (full triplet) or mca (most common answer).
-    #[arg(long, default_value = "ftr")]
-    method: String,
+    /// The ranking method.
+    #[arg(long, value_enum, default_value = "ftr")]
+    method: Method,
     /// Evaluation function: rouge2, equal, noisy-equal:P, or llm:MODEL.gguf (a local LLM
     /// judges which of two answers agrees better with the judge model's; needs a
     /// `prompt` column with each prompt's text).
     #[arg(long, default_value = "equal")]
-    eval: String,
+    eval: EvalSpec,
     /// Prompt template of the LLM evaluation.
     #[arg(long, default_value = "prompts/triplet-reference.yaml")]
     prompt: PathBuf,
@@ -66,86 +59,10 @@ pub struct Args {
     out: PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Method {
-    Gtr,
-    Ftr,
-    Mca,
-}
-
-impl Method {
-    fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "gtr" => Method::Gtr,
-            "ftr" => Method::Ftr,
-            "mca" => Method::Mca,
-            other => bail!("--method: unknown method `{other}` (expected gtr, ftr or mca)"),
-        })
-    }
-
-    fn rank(self, r: &Responses, eval: &mut dyn Evaluation, seed: u64) -> Ranking {
-        match self {
-            Method::Gtr => greedy_triplet_ranking(r, eval, seed),
-            Method::Ftr => full_triplet_ranking(r, eval, &FtrConfig::default()),
-            Method::Mca => most_common_answer(r, eval),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum EvalKind {
-    Rouge2,
-    Equal,
-    NoisyEqual(f64),
-    Llm(PathBuf),
-}
-
-impl EvalKind {
-    fn parse(s: &str) -> Result<Self> {
-        if let Some(path) = s.strip_prefix("llm:") {
-            return Ok(EvalKind::Llm(PathBuf::from(path)));
-        }
-        if let Some(p) = s.strip_prefix("noisy-equal:") {
-            let p: f64 = p.parse().with_context(|| format!("--eval: `{p}` is not a number"))?;
-            if !(0.0..=1.0).contains(&p) {
-                bail!("--eval: flip probability {p} is not in [0, 1]");
-            }
-            return Ok(EvalKind::NoisyEqual(p));
-        }
-        match s {
-            "rouge2" => Ok(EvalKind::Rouge2),
-            "equal" => Ok(EvalKind::Equal),
-            other => {
-                bail!("--eval: unknown evaluation `{other}` (expected rouge2, equal, noisy-equal:P or llm:MODEL.gguf)")
-            }
-        }
-    }
-
-    /// The evaluations that need no model.
-    fn build(&self, r: &Responses, seed: u64) -> Result<Box<dyn Evaluation>> {
-        Ok(match self {
-            EvalKind::Rouge2 => Box::new(Rouge2::new(r)),
-            EvalKind::Equal => Box::new(Equality::new(r)),
-            EvalKind::NoisyEqual(p) => Box::new(NoisyEquality::new(r, *p, seed)?),
-            EvalKind::Llm(_) => bail!("internal: the LLM evaluation is built with its model"),
-        })
-    }
-
-    /// The exact, model-free counterpart used to build a reference ranking (noise is the
-    /// method's handicap, not the reference's; against a reference answer an LLM judge's
-    /// closest stand-in is exact equality).
-    fn exact(&self) -> Self {
-        match self {
-            EvalKind::NoisyEqual(_) | EvalKind::Llm(_) => EvalKind::Equal,
-            other => other.clone(),
-        }
-    }
-}
-
 /// Prepares the process environment for `args`. Called before any thread starts:
 /// candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
 pub fn prepare(args: Args) -> Result<Args> {
-    let llm = matches!(EvalKind::parse(&args.eval)?, EvalKind::Llm(_));
+    let llm = matches!(args.eval, EvalSpec::Llm(_));
     if llm && !args.keep_quantized && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
         // SAFETY: called from `main` before the async runtime or any other thread exists.
         unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
@@ -155,294 +72,144 @@ pub fn prepare(args: Args) -> Result<Args> {
     {
         bail!("--tokenizer: {} has no tokenizer.json", dir.display());
     }
+    if llm && args.method == Method::Mca {
+        bail!(
+            "--method mca needs a similarity to a consensus answer; an LLM judge only compares pairs (use gtr or ftr)"
+        );
+    }
     Ok(args)
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let method = Method::parse(&args.method)?;
-    let eval_kind = EvalKind::parse(&args.eval)?;
     let table = read_responses(&args.responses)?;
-    let (mut models, prompts, mut cells) = (table.models, table.prompt_ids, table.cells);
+    let (mut models, mut cells) = (table.models, table.cells);
     let reference = models.iter().position(|m| *m == args.reference).map(|i| {
         models.remove(i);
         cells.remove(i)
     });
-    let responses =
-        Responses::new(models.clone(), cells.clone()).with_context(|| args.responses.display().to_string())?;
-    let ranking = match &eval_kind {
-        #[cfg(not(feature = "judges"))]
-        EvalKind::Llm(_) => return Err(crate::without_judges("--eval llm:")),
-        #[cfg(feature = "judges")]
-        EvalKind::Llm(gguf) => {
-            if method == Method::Mca {
-                bail!(
-                    "--method mca needs a similarity to a consensus answer; an LLM judge only compares pairs (use gtr or ftr)"
-                );
-            }
-            let Some(texts) = table.prompt_texts.clone() else {
-                bail!(
-                    "--eval llm: {} has no `prompt` column (the LLM judge needs each prompt's text)",
-                    args.responses.display()
-                );
-            };
-            let cfg = LlmEvalConfig {
-                gguf,
-                template: &args.prompt,
-                both_orders: args.both_orders,
-                cache: &args.out.join("cache.jsonl"),
-                max_prompt_tokens: args.max_prompt_tokens,
-                tokenizer: args.tokenizer.as_deref(),
-            };
-            let mut eval = LlmEvaluation::new(&cfg, texts, cells.clone())?;
-            let ranking = method.rank(&responses, &mut eval, args.seed);
-            eval.finish()?;
-            ranking
-        }
-        kind => method.rank(&responses, kind.build(&responses, args.seed)?.as_mut(), args.seed),
+    let responses = Responses::new(models, cells).with_context(|| args.responses.display().to_string())?;
+    let ranking = match args.eval.build(&responses, args.seed)? {
+        Some(mut eval) => args.method.rank(&responses, eval.as_mut(), args.seed),
+        None => rank_with_llm(&args, &responses, table.prompt_texts)?,
     };
-
-    let scored = match reference {
-        Some(refs) => {
-            // The reference joins as one more "model" so the same evaluation scores it.
-            let mut all = cells;
-            all.push(refs);
-            let mut names = models.clone();
-            names.push(args.reference.clone());
-            let with_ref = Responses::new(names, all)?;
-            let mut exact = eval_kind.exact().build(&with_ref, args.seed)?;
-            let r = models.len();
-            let score: Vec<f64> = (0..r)
-                .map(|m| {
-                    let s: Vec<f64> = (0..prompts.len()).filter_map(|d| exact.similarity(d, r, m)).collect();
-                    if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 }
-                })
-                .collect();
-            let order = order_by(&score);
-            Some((order, score))
-        }
-        None => None,
-    };
-
-    let mut doc = json!({
-        "method": args.method,
-        "eval": args.eval,
-        "n_models": responses.n_models(),
-        "n_prompts": responses.n_prompts(),
-        "evaluations": ranking.evaluations,
-        "converged": ranking.converged,
-        "ranking": ranking.order.iter().enumerate().map(|(i, &m)| json!({
-            "rank": i + 1,
-            "model": models[m],
-            "score": ranking.scores.as_ref().map(|s| s[m]),
-        })).collect::<Vec<_>>(),
-        "reference": null,
-    });
+    let reference = reference
+        .map(|refs| score_against_reference(&responses, &ranking, &args.reference, refs, &args.eval, args.k, args.seed))
+        .transpose()?;
+    let report = RankReport::new(args.method, &args.eval, &responses, &ranking, reference);
     println!("{:>4}  {:<32} {:>8}", "rank", "model", "score");
-    for (i, &m) in ranking.order.iter().enumerate() {
-        let score = ranking.scores.as_ref().map_or("-".to_owned(), |s| format!("{:.4}", s[m]));
-        println!("{:>4}  {:<32} {:>8}", i + 1, models[m], score);
+    for r in &report.ranking {
+        println!("{:>4}  {:<32} {:>8}", r.rank, r.model, r.score.map_or("-".to_owned(), |s| format!("{s:.4}")));
     }
-    println!("{} judge comparisons ({} prompts each)", ranking.evaluations, responses.n_prompts());
-    if let Some((order, score)) = scored {
-        // A ranking of models that all score the same is the tie order by index: scoring
-        // it (or against it) would report agreement that nobody measured.
-        let tied = |s: &[f64]| s.iter().all(|&x| (x - s[0]).abs() < 1e-12);
-        let undetermined = if tied(&score) {
-            Some(format!("the reference `{}` scores every model the same", args.reference))
-        } else if ranking.scores.as_deref().is_some_and(tied) {
-            Some("the ranking scores every model the same".to_owned())
-        } else {
-            None
-        };
-        let (rbo, ap, rho) = match &undetermined {
-            Some(why) => {
-                println!("no agreement with the reference: {why}");
-                (None, None, None)
-            }
-            None => (
-                rank_biased_overlap(&ranking.order, &order, RBO_P),
-                average_precision_at_k(&ranking.order, &order, args.k),
-                spearman(&ranking.order, &order),
-            ),
-        };
-        doc["reference"] = json!({
-            "name": args.reference,
-            "ranking": order.iter().map(|&m| json!({"model": models[m], "score": score[m]})).collect::<Vec<_>>(),
-            "rbo": rbo,
-            format!("map_at_{}", args.k): ap,
-            "spearman": rho,
-            "undetermined": undetermined,
-        });
+    println!("{} judge comparisons ({} prompts each)", report.evaluations, report.n_prompts);
+    if let Some(r) = &report.reference {
         let f = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.3}"));
-        println!("against `{}`: RBO(p=0.95) {}  MAP@{} {}  Spearman {}", args.reference, f(rbo), args.k, f(ap), f(rho));
+        match &r.undetermined {
+            Some(why) => println!("no agreement with the reference: {why}"),
+            None => println!(
+                "against `{}`: RBO(p=0.95) {}  MAP@{} {}  Spearman {}",
+                r.name,
+                f(r.rbo),
+                r.k,
+                f(r.map_at_k),
+                f(r.spearman)
+            ),
+        }
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let path = args.out.join("ranking.json");
-    write_atomic(&path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+    write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
     println!("wrote {}", path.display());
     Ok(())
 }
 
-/// Indices by descending score, ties by index.
-fn order_by(score: &[f64]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..score.len()).collect();
-    order.sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
-    order
+/// Ranks with a local LLM judge comparing pairs of answers (`--eval llm:MODEL.gguf`).
+#[cfg(feature = "judges")]
+fn rank_with_llm(args: &Args, responses: &Responses, texts: Option<Vec<String>>) -> Result<Ranking> {
+    let EvalSpec::Llm(gguf) = &args.eval else { bail!("internal: not an LLM evaluation") };
+    let Some(texts) = texts else {
+        bail!(
+            "--eval llm: {} has no `prompt` column (the LLM judge needs each prompt's text)",
+            args.responses.display()
+        );
+    };
+    let cfg = LlmEvalConfig {
+        gguf,
+        template: &args.prompt,
+        both_orders: args.both_orders,
+        cache: &args.out.join("cache.jsonl"),
+        max_prompt_tokens: args.max_prompt_tokens,
+        tokenizer: args.tokenizer.as_deref(),
+    };
+    let cells = (0..responses.n_models())
+        .map(|m| (0..responses.n_prompts()).map(|d| responses.get(m, d).map(str::to_owned)).collect())
+        .collect();
+    let mut eval = LlmEvaluation::new(&cfg, texts, cells)?;
+    let ranking = args.method.rank(responses, &mut eval, args.seed);
+    eval.finish()?;
+    Ok(ranking)
+}
+
+#[cfg(not(feature = "judges"))]
+fn rank_with_llm(_: &Args, _: &Responses, _: Option<Vec<String>>) -> Result<Ranking> {
+    Err(crate::without_judges("--eval llm:"))
 }
 
 #[derive(clap::Args)]
 pub struct SimArgs {
-    /// Models per simulated benchmark (comma-separated: every combination of models,
-    /// questions and options is simulated, and a row pools them all).
-    #[arg(long, default_value = "10")]
-    models: String,
-    /// Questions per benchmark (comma-separated).
-    #[arg(long, default_value = "100")]
-    questions: String,
-    /// Answer options per question (comma-separated).
-    #[arg(long, default_value = "10")]
-    options: String,
-    /// Accuracies of the best model (comma-separated); the others are evenly spaced down to --worst.
-    #[arg(long, default_value = "0.3,0.5,0.7,0.9")]
-    best: String,
-    /// Accuracy of the worst model.
-    #[arg(long, default_value_t = 0.1)]
-    worst: f64,
-    /// Flip probabilities of the equality evaluation (comma-separated; 0 = exact).
-    #[arg(long, default_value = "0")]
-    noise: String,
-    /// Trials per setting (mean and standard deviation reported).
-    #[arg(long, default_value_t = 5)]
-    trials: usize,
-    /// First seed; trial t uses seed + t.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    options: SimOptions,
     /// Optional directory for rank-sim.json.
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
-/// The paper's Table 2 (RBO mean, std) for MCA, FTR, GTR at best accuracy 30/50/70/90%.
-const PAPER_TABLE2: [(f64, [(f64, f64); 3]); 4] = [
-    (0.3, [(0.668, 0.26), (0.694, 0.26), (0.622, 0.21)]),
-    (0.5, [(0.818, 0.23), (0.832, 0.22), (0.723, 0.19)]),
-    (0.7, [(0.927, 0.16), (0.927, 0.15), (0.833, 0.14)]),
-    (0.9, [(0.980, 0.09), (0.981, 0.08), (0.919, 0.09)]),
-];
-
 pub fn run_sim(args: SimArgs) -> Result<()> {
-    let list = |s: &str, what: &str| -> Result<Vec<f64>> {
-        s.split(',')
-            .map(|x| x.trim().parse::<f64>().with_context(|| format!("--{what}: `{x}` is not a number")))
-            .collect()
-    };
-    let bests = list(&args.best, "best")?;
-    let noises = list(&args.noise, "noise")?;
-    let counts = |s: &str, what: &str| -> Result<Vec<usize>> {
-        s.split(',')
-            .map(|x| x.trim().parse::<usize>().with_context(|| format!("--{what}: `{x}` is not a count")))
-            .collect()
-    };
-    let (models, questions, options) =
-        (counts(&args.models, "models")?, counts(&args.questions, "questions")?, counts(&args.options, "options")?);
-    if models.iter().any(|&m| m < 3) {
-        bail!("--models: ranking needs at least 3 models");
+    let study = simulate_study(&args.options)?;
+    print!("{}", sim_table(&study));
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        write_atomic(&dir.join("rank-sim.json"), serde_json::to_string_pretty(&study)?.as_bytes())?;
     }
-    let mut settings = Vec::new();
-    for &m in &models {
-        for &q in &questions {
-            for &o in &options {
-                settings.push((m, q, u32::try_from(o).context("--options: too many")?));
-            }
-        }
-    }
-    if args.trials == 0 {
-        bail!("--trials must be at least 1");
-    }
-    let methods = [("MCA", Method::Mca), ("FTR", Method::Ftr), ("GTR", Method::Gtr)];
+    Ok(())
+}
+
+/// The study as the paper's Table 2: RBO and MAP@5 per method, mean ± std, beside the
+/// paper's RBO where it has the setting.
+fn sim_table(study: &SimStudy) -> String {
+    let o = &study.options;
+    let list = |v: &[String]| v.join(",");
     let mut out = String::new();
     let _ = writeln!(
         out,
         "models {}, questions {}, options {} (every combination pooled), accuracies evenly from best to {}, {} trials each; RBO (p = 0.95) and MAP@5, mean ± std",
-        args.models, args.questions, args.options, args.worst, args.trials
+        list(&o.models.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        list(&o.questions.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        list(&o.options.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        o.worst,
+        o.trials
     );
     let _ = writeln!(
         out,
         "{:>5} {:>5} | {:>13} {:>13} {:>13} | {:>13} {:>13} {:>13} | paper RBO MCA / FTR / GTR",
         "best", "noise", "RBO MCA", "RBO FTR", "RBO GTR", "MAP5 MCA", "MAP5 FTR", "MAP5 GTR"
     );
-    let mut rows = Vec::new();
-    for &best in &bests {
-        for &noise in &noises {
-            let mut rbo = vec![Vec::new(); 3];
-            let mut map5 = vec![Vec::new(); 3];
-            for (t, &(n_models, n_questions, n_options)) in
-                (0..args.trials).flat_map(|t| settings.iter().map(move |s| (t, s)))
-            {
-                let seed = args.seed + t as u64;
-                let cfg = ChoiceConfig::spread(n_models, best, args.worst, n_questions, n_options, seed);
-                let sim = simulate_choice(&cfg)?;
-                let truth = order_by(&sim.accuracies());
-                let cells = sim.answers.iter().map(|a| a.iter().map(|x| Some(x.to_string())).collect()).collect();
-                let names = (0..n_models).map(|m| format!("m{m}")).collect();
-                let r = Responses::new(names, cells)?;
-                for (mi, (_, method)) in methods.iter().enumerate() {
-                    let mut eval: Box<dyn Evaluation> = if noise > 0.0 {
-                        Box::new(NoisyEquality::new(&r, noise, seed.wrapping_mul(31).wrapping_add(mi as u64))?)
-                    } else {
-                        Box::new(Equality::new(&r))
-                    };
-                    let ranking = method.rank(&r, eval.as_mut(), seed);
-                    rbo[mi].extend(rank_biased_overlap(&ranking.order, &truth, RBO_P));
-                    map5[mi].extend(average_precision_at_k(&ranking.order, &truth, 5));
-                }
-            }
-            let ms = |v: &[f64]| {
-                let m = v.iter().sum::<f64>() / v.len() as f64;
-                let sd = (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64).sqrt();
-                (m, sd)
-            };
-            let cell = |v: &[f64]| {
-                let (m, s) = ms(v);
-                format!("{m:.3} ± {s:.3}")
-            };
-            let paper = PAPER_TABLE2
-                .iter()
-                .find(|(b, _)| (b - best).abs() < 1e-9 && noise == 0.0)
-                .map_or(String::new(), |(_, v)| {
-                    v.iter().map(|(m, s)| format!("{m:.3}±{s:.2}")).collect::<Vec<_>>().join(" / ")
-                });
-            let _ = writeln!(
-                out,
-                "{:>5.2} {:>5.2} | {:>13} {:>13} {:>13} | {:>13} {:>13} {:>13} | {paper}",
-                best,
-                noise,
-                cell(&rbo[0]),
-                cell(&rbo[1]),
-                cell(&rbo[2]),
-                cell(&map5[0]),
-                cell(&map5[1]),
-                cell(&map5[2])
-            );
-            let stat = |v: &[f64]| {
-                let (m, s) = ms(v);
-                json!({"mean": m, "std": s})
-            };
-            rows.push(json!({
-                "best": best, "noise": noise,
-                "rbo": {"mca": stat(&rbo[0]), "ftr": stat(&rbo[1]), "gtr": stat(&rbo[2])},
-                "map_at_5": {"mca": stat(&map5[0]), "ftr": stat(&map5[1]), "gtr": stat(&map5[2])},
-            }));
-        }
+    let cell = |s: jury_rank::MeanStd| format!("{:.3} ± {:.3}", s.mean, s.std);
+    for r in &study.rows {
+        let paper = r
+            .paper_rbo
+            .map_or(String::new(), |v| v.iter().map(|(m, s)| format!("{m:.3}±{s:.2}")).collect::<Vec<_>>().join(" / "));
+        let _ = writeln!(
+            out,
+            "{:>5.2} {:>5.2} | {:>13} {:>13} {:>13} | {:>13} {:>13} {:>13} | {paper}",
+            r.best,
+            r.noise,
+            cell(r.rbo.mca),
+            cell(r.rbo.ftr),
+            cell(r.rbo.gtr),
+            cell(r.map_at_5.mca),
+            cell(r.map_at_5.ftr),
+            cell(r.map_at_5.gtr)
+        );
     }
-    print!("{out}");
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let doc = json!({
-            "models": args.models, "questions": args.questions, "options": args.options,
-            "worst": args.worst, "trials": args.trials, "seed": args.seed, "rows": rows,
-        });
-        write_atomic(&dir.join("rank-sim.json"), serde_json::to_string_pretty(&doc)?.as_bytes())?;
-    }
-    Ok(())
+    out
 }

@@ -95,6 +95,15 @@ fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| s / n as f64)
 }
 
+/// Mean and sample standard deviation (n - 1 in the denominator; 0 for one value), as
+/// every result over seeds or trials is reported.
+pub fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().saturating_sub(1).max(1)) as f64;
+    (m, var.sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,8 +2,8 @@
 //! Ranking (the triplet-ranking paper's Algorithms 1 and 2) and the most-common-answer
 //! baseline, over a pluggable evaluation function.
 //!
-//! Plain data in, rankings out: no files, no labels. A model's reference ranking (from
-//! known accuracies or reference answers) is scored elsewhere (`jury-metrics`).
+//! Plain data in, rankings out: no files, no labels. A reference ranking (from known
+//! accuracies or reference answers) is scored with `jury-metrics`' ranking measures.
 //!
 //! Invariants: a `Responses` value is a models x prompts table with at least three models
 //! and one prompt, each cell an optional response; every ranking is a permutation of the
@@ -11,10 +11,15 @@
 
 mod eval;
 mod mca;
+mod study;
 mod triplet;
 
 pub use eval::{Equality, Evaluation, NoisyEquality, Rouge2, rouge2_f};
 pub use mca::most_common_answer;
+pub use study::{
+    EvalSpec, MeanStd, Method, ModelScore, PerMethod, RBO_P, RankReport, Ranked, ReferenceScore, SimOptions, SimRow,
+    SimStudy, order_by, score_against_reference, simulate_study,
+};
 pub use triplet::{FtrConfig, full_triplet_ranking, greedy_triplet_ranking, judge_prefers};
 
 /// What can be wrong with ranking inputs.
@@ -30,6 +35,10 @@ pub enum RankError {
     DuplicateModel(String),
     #[error("noisy equality: flip probability {0} is not in [0, 1]")]
     BadNoise(f64),
+    #[error("--trials must be at least 1")]
+    NoTrials,
+    #[error("simulation: {0}")]
+    Simulation(String),
 }
 
 /// Responses of M models to the same D prompts: `get(model, prompt)`.

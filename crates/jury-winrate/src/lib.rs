@@ -14,9 +14,11 @@
 
 mod bwrs;
 mod gibbs;
+mod study;
 
 pub use bwrs::{MIN_SLOPE, bwrs};
 pub use gibbs::{AccuracyPrior, bayesian_dawid_skene};
+pub use study::{Comparison, Method, PairEstimate, Prior, Progress, Study, StudyOptions, study};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -39,6 +41,19 @@ pub enum WinRateError {
     BadLevel(f64),
     #[error("sampling needs at least one draw")]
     NoDraws,
+    #[error(
+        "--method bwrs needs evaluator accuracies from human labels: give --prior in-dist:RATIO or ood:FILE \
+         (without them q0 and q1 are unknown and p = (k + q0 - 1) / (q0 + q1 - 1) is not determined)"
+    )]
+    BwrsNeedsPrior,
+    #[error("--human `{name}`: no rows of that evaluator (evaluators there: {known})")]
+    UnknownHuman { name: String, known: String },
+    #[error("--evaluators: `{0}` has no rows")]
+    UnknownEvaluator(String),
+    #[error("--prior ood: the prior's comparisons were not given")]
+    NoOodRows,
+    #[error("generator pair {pair}: {source}")]
+    Pair { pair: String, source: Box<WinRateError> },
 }
 
 /// The evaluators' votes on the comparisons of one generator pair.
@@ -167,7 +182,7 @@ impl Default for SamplingConfig {
 }
 
 impl SamplingConfig {
-    fn check(&self) -> Result<(), WinRateError> {
+    pub(crate) fn check(&self) -> Result<(), WinRateError> {
         if !(self.level > 0.0 && self.level < 1.0) {
             return Err(WinRateError::BadLevel(self.level));
         }
