@@ -3,7 +3,7 @@
 use jury_core::Judgments;
 
 /// A binary matrix from rows of optional P(positive), judges named j0, j1, ...
-pub fn binary(rows: &[&[Option<f64>]]) -> Judgments {
+pub(crate) fn binary(rows: &[&[Option<f64>]]) -> Judgments {
     let k = rows.first().map_or(0, |r| r.len());
     let entries = rows.iter().flat_map(|r| r.iter().map(|p| p.map(|p| vec![1.0 - p, p]))).collect();
     Judgments::from_entries(

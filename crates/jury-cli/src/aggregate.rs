@@ -19,7 +19,7 @@ use crate::neural::{NeuralMethod, NeuralOptions, SkillInit};
 use crate::report;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Long judgments table: example_id, judge, p (or probs / p0..pC-1); .csv, .jsonl, .json or .parquet.
     #[arg(long)]
     judgments: PathBuf,
@@ -119,7 +119,7 @@ pub struct Args {
 
 /// The context-free aggregation methods this command knows, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
+pub(crate) enum Method {
     Avg,
     Mv,
     Ds,
@@ -157,7 +157,7 @@ impl Method {
 /// The aggregation options as written by a user (flags or a YAML config).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Options {
+pub(crate) struct Options {
     pub methods: String,
     pub ties: String,
     pub seed: u64,
@@ -220,7 +220,7 @@ impl Options {
     /// Whether `methods` names a context-dependent method (unparsable lists answer
     /// false; `Settings::new` reports them). Only `jury run` asks.
     #[cfg(feature = "judges")]
-    pub fn wants_contexts(&self) -> bool {
+    pub(crate) fn wants_contexts(&self) -> bool {
         Method::parse_list(&self.methods).is_ok_and(|(_, neural)| !neural.is_empty())
     }
 }
@@ -256,7 +256,7 @@ impl From<&Args> for Options {
 }
 
 /// Everything the methods need besides the data, resolved and checked.
-pub struct Settings {
+pub(crate) struct Settings {
     methods: Vec<Method>,
     ties: TieBreak,
     ds: DawidSkeneConfig,
@@ -265,7 +265,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn new(a: &Options) -> Result<Self> {
+    pub(crate) fn new(a: &Options) -> Result<Self> {
         let ties = match a.ties.as_str() {
             "positive" | "yes" => TieBreak::Positive,
             "negative" | "no" => TieBreak::Negative,
@@ -357,7 +357,7 @@ impl Settings {
     /// Reads the examples' contexts from `path` instead (a run's own contexts file, read
     /// from its staging folder before it is published).
     #[cfg(feature = "judges")]
-    pub fn read_contexts_from(&mut self, path: std::path::PathBuf) {
+    pub(crate) fn read_contexts_from(&mut self, path: std::path::PathBuf) {
         if let Some(opts) = &mut self.neural_opts {
             opts.contexts = path;
         }
@@ -367,7 +367,7 @@ impl Settings {
     /// context-dependent methods: `jury run` asks before judging (`neural::run` checks
     /// the judged examples again before any embedding).
     #[cfg(feature = "judges")]
-    pub fn check_labeled(&self, n_labeled: usize) -> Result<()> {
+    pub(crate) fn check_labeled(&self, n_labeled: usize) -> Result<()> {
         if let Some(opts) = &self.neural_opts
             && n_labeled <= opts.dev_size
         {
@@ -386,13 +386,13 @@ impl Settings {
 }
 
 /// One method's result and how long it took.
-pub struct MethodRun {
+pub(crate) struct MethodRun {
     pub name: &'static str,
     pub aggregation: Aggregation,
     pub seconds: f64,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let settings = Settings::new(&Options::from(&args))?;
     let judgments = read_judgments(&args.judgments)?;
     let labels: Option<Labels> = match &args.labels {
@@ -418,10 +418,10 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// The files aggregation writes.
-pub const FILES: [&str; 2] = ["metrics.json", "predictions.csv"];
+pub(crate) const FILES: [&str; 2] = ["metrics.json", "predictions.csv"];
 
 /// Every method's results, ready to write.
-pub struct Results {
+pub(crate) struct Results {
     metrics: String,
     predictions: String,
     table: String,
@@ -430,7 +430,7 @@ pub struct Results {
 impl Results {
     /// Writes metrics.json and predictions.csv into `staging` (to be published into
     /// `out`) and prints the table.
-    pub fn write(&self, staging: &Path, out: &Path) -> Result<()> {
+    pub(crate) fn write(&self, staging: &Path, out: &Path) -> Result<()> {
         write_atomic(&staging.join(FILES[0]), self.metrics.as_bytes())?;
         write_atomic(&staging.join(FILES[1]), self.predictions.as_bytes())?;
         print!("{}", self.table);
@@ -440,7 +440,7 @@ impl Results {
 }
 
 /// Runs every method and scores it; writes nothing.
-pub fn results(judgments: &Judgments, labels: Option<&Labels>, settings: &Settings) -> Result<Results> {
+pub(crate) fn results(judgments: &Judgments, labels: Option<&Labels>, settings: &Settings) -> Result<Results> {
     let mut runs = Vec::with_capacity(settings.methods.len());
     for &m in &settings.methods {
         let aggregator = settings.aggregator(m);

@@ -14,7 +14,7 @@ use jury_rank::Evaluation;
 use jury_runner::any_judgment_key;
 
 /// Settings of the LLM evaluation.
-pub struct LlmEvalConfig<'a> {
+pub(crate) struct LlmEvalConfig<'a> {
     pub gguf: &'a Path,
     pub template: &'a Path,
     /// Judge each pair in both orders and average (position-bias de-biasing).
@@ -26,7 +26,7 @@ pub struct LlmEvalConfig<'a> {
     pub tokenizer: Option<&'a Path>,
 }
 
-pub struct LlmEvaluation {
+pub(crate) struct LlmEvaluation {
     rt: tokio::runtime::Runtime,
     judge: AnyJudge,
     model_sha256: String,
@@ -45,7 +45,7 @@ pub struct LlmEvaluation {
 }
 
 impl LlmEvaluation {
-    pub fn new(cfg: &LlmEvalConfig, prompts: Vec<String>, cells: Vec<Vec<Option<String>>>) -> Result<Self> {
+    pub(crate) fn new(cfg: &LlmEvalConfig, prompts: Vec<String>, cells: Vec<Vec<Option<String>>>) -> Result<Self> {
         if !cfg.gguf.is_file() {
             bail!("--eval llm: model file {} does not exist (run scripts/fetch-judges.sh)", cfg.gguf.display());
         }
@@ -140,7 +140,7 @@ impl LlmEvaluation {
     }
 
     /// Ends the progress display; the first failed judgment, if any, is the result.
-    pub fn finish(&mut self) -> Result<()> {
+    pub(crate) fn finish(&mut self) -> Result<()> {
         match self.failed.take() {
             Some(e) => {
                 self.bar.abandon();

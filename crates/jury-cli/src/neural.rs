@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 /// A context-dependent method as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NeuralMethod {
+pub(crate) enum NeuralMethod {
     TrainOnMv,
     Crowdlayer,
     SkillAgg,
@@ -33,7 +33,7 @@ pub enum NeuralMethod {
 }
 
 impl NeuralMethod {
-    pub const ALL: [(&'static str, NeuralMethod); 5] = [
+    pub(crate) const ALL: [(&'static str, NeuralMethod); 5] = [
         ("train-on-mv", NeuralMethod::TrainOnMv),
         ("crowdlayer", NeuralMethod::Crowdlayer),
         ("skillagg-noreg", NeuralMethod::SkillAggNoReg),
@@ -41,7 +41,7 @@ impl NeuralMethod {
         ("skillagg-x", NeuralMethod::SkillAggX),
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         Self::ALL.iter().find(|(_, m)| *m == self).map_or("?", |(n, _)| n)
     }
 
@@ -71,7 +71,7 @@ impl NeuralMethod {
 
 /// Settings of the context-dependent methods.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NeuralOptions {
+pub(crate) struct NeuralOptions {
     pub contexts: PathBuf,
     pub encoder_dir: PathBuf,
     pub finetune: bool,
@@ -99,7 +99,7 @@ pub struct NeuralOptions {
 impl NeuralOptions {
     /// The seeds this run trains, in order (the first one's posteriors go to
     /// predictions.csv).
-    pub fn seed_range(&self) -> std::ops::Range<u64> {
+    pub(crate) fn seed_range(&self) -> std::ops::Range<u64> {
         self.first_seed..self.first_seed.saturating_add(self.seeds as u64)
     }
 
@@ -116,7 +116,7 @@ impl NeuralOptions {
 
 /// Where the judges' skills start training.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SkillInit {
+pub(crate) enum SkillInit {
     /// Every judge at this P(correct) in both classes (the paper's setup; 0.8 by default).
     Uniform(f64),
     /// Each judge at its Dawid-Skene estimate, fitted on the same judgments with these
@@ -150,7 +150,7 @@ impl SkillInit {
 }
 
 /// One method's result over all seeds.
-pub struct NeuralRun {
+pub(crate) struct NeuralRun {
     pub method: NeuralMethod,
     pub accuracies: Vec<f64>,
     pub json: Value,
@@ -359,7 +359,7 @@ const DENSE_LIMIT_BYTES: usize = 8 << 30;
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary
 /// judgments with `jury_neural::skill`, C > 2 classes with `jury_neural::multiclass`
 /// (frozen encoder only).
-pub fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &NeuralOptions) -> Result<Vec<NeuralRun>> {
+pub(crate) fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &NeuralOptions) -> Result<Vec<NeuralRun>> {
     let c = j.n_classes();
     if c > 2 && opts.finetune {
         bail!("--encoder finetune takes binary judgments; {c} classes run with the frozen encoder");
@@ -659,7 +659,7 @@ fn split(labeled: &[usize], seed: u64, dev_size: usize) -> (Vec<usize>, Vec<usiz
 
 /// Each seed's (dev set, test split) (see [`split`]) of the examples with a label in
 /// `labels`.
-pub fn splits(labels: &Labels, n: usize, opts: &NeuralOptions) -> Vec<(Vec<usize>, Vec<usize>)> {
+pub(crate) fn splits(labels: &Labels, n: usize, opts: &NeuralOptions) -> Vec<(Vec<usize>, Vec<usize>)> {
     let labeled: Vec<usize> = (0..n).filter(|&i| labels.get(i).is_some()).collect();
     opts.seed_range().map(|seed| split(&labeled, seed, opts.dev_size)).collect()
 }
@@ -677,7 +677,7 @@ fn share_correct(post: &[f32], idx: &[usize], labels: &Labels) -> f64 {
 }
 
 /// Default root of jury's caches.
-pub fn default_cache_dir() -> PathBuf {
+pub(crate) fn default_cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))

@@ -15,7 +15,7 @@ use jury_rank::{
 use crate::llm_eval::{LlmEvalConfig, LlmEvaluation};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Responses table: prompt_id, model, response (.csv, .jsonl, .json or .parquet).
     #[arg(long)]
     responses: PathBuf,
@@ -61,7 +61,7 @@ pub struct Args {
 
 /// Prepares the process environment for `args`. Called before any thread starts:
 /// candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
-pub fn prepare(args: Args) -> Result<Args> {
+pub(crate) fn prepare(args: Args) -> Result<Args> {
     let llm = matches!(args.eval, EvalSpec::Llm(_));
     if llm && !args.keep_quantized && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
         // SAFETY: called from `main` before the async runtime or any other thread exists.
@@ -80,7 +80,7 @@ pub fn prepare(args: Args) -> Result<Args> {
     Ok(args)
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let table = read_responses(&args.responses)?;
     let (mut models, mut cells) = (table.models, table.cells);
     let reference = models.iter().position(|m| *m == args.reference).map(|i| {
@@ -155,7 +155,7 @@ fn rank_with_llm(_: &Args, _: &Responses, _: Option<Vec<String>>) -> Result<Rank
 }
 
 #[derive(clap::Args)]
-pub struct SimArgs {
+pub(crate) struct SimArgs {
     #[command(flatten)]
     options: SimOptions,
     /// Optional directory for rank-sim.json.
@@ -163,7 +163,7 @@ pub struct SimArgs {
     out: Option<PathBuf>,
 }
 
-pub fn run_sim(args: SimArgs) -> Result<()> {
+pub(crate) fn run_sim(args: SimArgs) -> Result<()> {
     let study = simulate_study(&args.options)?;
     print!("{}", sim_table(&study));
     if let Some(dir) = &args.out {

@@ -20,7 +20,7 @@ fn coverage(j: &Judgments) -> Vec<f64> {
     count.into_iter().map(|c| c as f64 / j.n_examples() as f64).collect()
 }
 
-pub fn metrics_json(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> Value {
+pub(crate) fn metrics_json(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> Value {
     let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
     let cover = coverage(j);
     let judges: serde_json::Map<String, Value> = j
@@ -80,7 +80,7 @@ pub fn metrics_json(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) 
 
 /// One row per example: id, reference label (when given), then per method the
 /// posterior (`<m>_p`, P(positive), for binary; `<m>_p0..` otherwise) and hard label.
-pub fn predictions_csv(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> String {
+pub(crate) fn predictions_csv(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> String {
     let c = j.n_classes();
     let mut out = String::from("example_id");
     if labels.is_some() {
@@ -134,7 +134,7 @@ fn shown_name(name: &str) -> String {
     }
 }
 
-pub fn table(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> String {
+pub(crate) fn table(j: &Judgments, labels: Option<&Labels>, runs: &[MethodRun]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,

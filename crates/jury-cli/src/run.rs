@@ -15,7 +15,7 @@ use jury_runner::{Manifest, OutputLayout};
 use crate::aggregate::{self, Settings};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Experiment file (YAML); see configs/demo.yaml.
     config: PathBuf,
     /// Replace an output directory that holds another experiment's output or files jury
@@ -25,12 +25,12 @@ pub struct Args {
 }
 
 /// The YAML experiment, with this program's aggregation options.
-pub type Experiment = jury_runner::Experiment<aggregate::Options>;
+pub(crate) type Experiment = jury_runner::Experiment<aggregate::Options>;
 
 /// Reads and checks the experiment, resolves its aggregation settings (once: this may
 /// read the hub cache for the encoder) and prepares the process environment. Called
 /// before any thread starts: candle reads `CANDLE_DEQUANTIZE_ALL` once per thread.
-pub fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
+pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
     let mut exp = Experiment::read(&args.config)?;
     exp.overwrite |= args.force;
     if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
@@ -46,7 +46,7 @@ pub fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
 
 /// Runs an experiment returned by [`prepare`]. Every output file but the judgment
 /// cache is staged and published only when aggregation has succeeded too.
-pub fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
+pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     let started = Instant::now();
     let prepared = jury_runner::prepare(&exp)?;
     let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();

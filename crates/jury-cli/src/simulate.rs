@@ -9,7 +9,7 @@ use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use jury_sim::{JuryConfig, simulate};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Number of examples.
     #[arg(long, default_value_t = 1000)]
     examples: usize,
@@ -25,7 +25,7 @@ pub struct Args {
     force: bool,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let cfg = JuryConfig::mixed_binary(args.examples, args.seed);
     let jury = simulate(&cfg).context("simulating the jury")?;
     let j = &jury.judgments;

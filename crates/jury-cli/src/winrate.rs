@@ -10,7 +10,7 @@ use jury_io::{read_comparisons, write_atomic};
 use jury_winrate::{Comparison, PairEstimate, Prior, StudyOptions, study};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Comparisons table: comparison_id, generator_0, generator_1, evaluator, vote
     /// (1 = generator_1 preferred, 0 = generator_0, tie or empty = none); human labels
     /// are the rows of the evaluator named by --human.
@@ -23,7 +23,7 @@ pub struct Args {
     options: StudyOptions,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let options = args.options;
     options.check()?;
     let rows = comparisons(&args.comparisons)?;

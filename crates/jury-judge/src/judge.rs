@@ -153,7 +153,7 @@ pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], t
 /// `models--org--name/refs/main` naming `snapshots/<commit>/`) as that snapshot directory,
 /// so a cached model loads without any network call; anything else is passed to
 /// mistral.rs as a hub id to download.
-pub fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
+pub(crate) fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
     let path = PathBuf::from(id);
     if path.is_dir() {
         return path;

@@ -13,7 +13,7 @@ use crate::Verdict;
 
 /// One returned candidate token at the judged position.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The token id, when the server gives it (llama.cpp's `id`, vLLM's
     /// `token_id:N` text with `return_tokens_as_token_ids`).
     pub id: Option<u32>,
@@ -23,7 +23,7 @@ pub struct Candidate {
 
 /// How verdict tokens are recognised among the candidates.
 #[derive(Debug, Clone, PartialEq)]
-pub enum VariantSet {
+pub(crate) enum VariantSet {
     /// By token id (a tokenizer is known): every id must be returned for `exact`.
     Ids(Vec<u32>),
     /// By token text (chat modes without a tokenizer): each text counts once.
@@ -42,7 +42,7 @@ fn candidate(text: &str, id: Option<u32>, logprob: f64) -> Candidate {
 /// legacy completions layout (`top_logprobs: [{text: logprob}]`) or the chat layout
 /// (`content: [{token, id?, logprob, top_logprobs: [{token, id?, logprob}]}]`, which
 /// llama.cpp also uses on `/v1/completions`). The sampled token is included.
-pub fn candidates_at(logprobs: &serde_json::Value, pos: usize) -> Option<Vec<Candidate>> {
+pub(crate) fn candidates_at(logprobs: &serde_json::Value, pos: usize) -> Option<Vec<Candidate>> {
     let mut out = Vec::new();
     if let Some(content) = logprobs.get("content").and_then(|c| c.as_array()) {
         let entry = content.get(pos)?;
@@ -110,7 +110,7 @@ fn class_probability(cands: &[Candidate], set: &VariantSet) -> (f64, usize) {
 }
 
 /// The verdict from the candidates at the judged position (rule in the module doc).
-pub fn verdict_from_candidates(
+pub(crate) fn verdict_from_candidates(
     cands: &[Candidate],
     positive: &VariantSet,
     negative: &VariantSet,

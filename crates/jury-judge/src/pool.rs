@@ -78,7 +78,7 @@ pub fn display_url(url: &str) -> String {
 
 /// Why a request did not return a body.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum PoolError {
+pub(crate) enum PoolError {
     /// The server refuses this request for good (400, 404, 413, 422, ...).
     #[error("rejected by {server} (HTTP {status}): {reason}")]
     Rejected { server: String, status: u16, reason: String },
@@ -149,7 +149,7 @@ enum Outcome {
 }
 
 /// The replicas of one judge.
-pub struct Pool {
+pub(crate) struct Pool {
     servers: Vec<Server>,
     client: reqwest::Client,
     key: Option<ApiKey>,
@@ -177,7 +177,7 @@ fn body_excerpt(bytes: &[u8]) -> String {
 }
 
 impl Pool {
-    pub fn new(base_urls: &[String], key: Option<ApiKey>, cfg: PoolConfig) -> Result<Self, String> {
+    pub(crate) fn new(base_urls: &[String], key: Option<ApiKey>, cfg: PoolConfig) -> Result<Self, String> {
         if base_urls.is_empty() {
             return Err("no base URL".into());
         }
@@ -208,16 +208,16 @@ impl Pool {
     }
 
     /// The servers as shown to people.
-    pub fn urls(&self) -> Vec<String> {
+    pub(crate) fn urls(&self) -> Vec<String> {
         self.servers.iter().map(|s| s.shown.clone()).collect()
     }
 
     /// The largest number of requests that can be in flight over all servers.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.servers.len() * self.cfg.max_in_flight.max(1)
     }
 
-    pub fn stats(&self) -> PoolStats {
+    pub(crate) fn stats(&self) -> PoolStats {
         let now = Instant::now();
         PoolStats {
             retried: self.retried.load(Ordering::Relaxed),
@@ -237,7 +237,7 @@ impl Pool {
     }
 
     /// A GET to one server (start-up checks), with the key and the time limit.
-    pub async fn get_from(&self, server: usize, path: &str) -> Result<Vec<u8>, String> {
+    pub(crate) async fn get_from(&self, server: usize, path: &str) -> Result<Vec<u8>, String> {
         let s = &self.servers[server];
         let mut req = self.client.get(format!("{}{path}", s.url));
         if let Some(k) = &self.key {
@@ -252,7 +252,7 @@ impl Pool {
         Ok(bytes.to_vec())
     }
 
-    pub fn server_count(&self) -> usize {
+    pub(crate) fn server_count(&self) -> usize {
         self.servers.len()
     }
 
@@ -307,12 +307,12 @@ impl Pool {
     }
 
     /// Counts a retry decided above the HTTP layer (an unusable answer asked again).
-    pub fn note_retry(&self) {
+    pub(crate) fn note_retry(&self) {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The wait before retry number `attempt + 1`: exponential, capped, with jitter.
-    pub fn backoff(&self, attempt: u32) -> Duration {
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
         let base = self.cfg.backoff.saturating_mul(1u32 << attempt.min(16)).min(self.cfg.backoff_max);
         base.mul_f64(0.5 + 0.5 * rand::random::<f64>())
     }
@@ -406,7 +406,7 @@ impl Pool {
     }
 
     /// POSTs a JSON body to `path` on some server (see the module's invariants).
-    pub async fn post(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, PoolError> {
+    pub(crate) async fn post(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, PoolError> {
         let mut attempts = 0u32;
         let mut retries = 0u32;
         loop {

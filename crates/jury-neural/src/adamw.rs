@@ -40,7 +40,7 @@ fn poisoned() -> candle_core::Error {
 }
 
 /// AdamW over float variables; f32 CPU variables take the fused pass.
-pub struct FusedAdamW {
+pub(crate) struct FusedAdamW {
     slots: Vec<Slot>,
     params: ParamsAdamW,
     step_t: i32,
@@ -48,7 +48,7 @@ pub struct FusedAdamW {
 
 impl FusedAdamW {
     /// Non-float variables are left out, as candle's `AdamW` leaves them.
-    pub fn new(vars: Vec<Var>, params: ParamsAdamW) -> Result<Self> {
+    pub(crate) fn new(vars: Vec<Var>, params: ParamsAdamW) -> Result<Self> {
         Self::build(vars, params, |v| v.dtype() == DType::F32 && v.device().is_cpu())
     }
 
@@ -74,7 +74,7 @@ impl FusedAdamW {
 
     /// The step count (`step`) and the moments of the i-th variable (`m{i}`, `v{i}`, i in
     /// the order given to [`FusedAdamW::new`]), flat, f32, on the CPU.
-    pub fn state(&self) -> Result<HashMap<String, Tensor>> {
+    pub(crate) fn state(&self) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
         out.insert("step".to_string(), Tensor::new(&[self.step_t as u32], &Device::Cpu)?);
         for (i, slot) in self.slots.iter().enumerate() {
@@ -100,7 +100,7 @@ impl FusedAdamW {
 
     /// Restores what [`FusedAdamW::state`] saved for the same variables in the same order
     /// (on any device).
-    pub fn load_state(&mut self, state: &HashMap<String, Tensor>) -> Result<()> {
+    pub(crate) fn load_state(&mut self, state: &HashMap<String, Tensor>) -> Result<()> {
         if state.len() != 1 + 2 * self.slots.len() {
             bail!("adamw: the saved state holds {} tensors for {} variables", state.len(), self.slots.len())
         }
@@ -132,7 +132,7 @@ impl FusedAdamW {
         Ok(())
     }
 
-    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+    pub(crate) fn step(&mut self, grads: &GradStore) -> Result<()> {
         self.step_t += 1;
         let p = &self.params;
         let update = Update {

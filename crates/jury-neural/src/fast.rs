@@ -25,7 +25,7 @@ pub(crate) fn slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [
 }
 
 /// `linear.forward(x)` as one GEMM whose destination starts as the broadcast bias.
-pub fn linear(linear: &Linear, x: &Tensor) -> Result<Tensor> {
+pub(crate) fn linear(linear: &Linear, x: &Tensor) -> Result<Tensor> {
     match linear.bias() {
         Some(b) if fast_path(x) => x.contiguous()?.apply_op3_no_bwd(linear.weight(), b, &FusedLinear),
         _ => linear.forward(x),
@@ -98,7 +98,7 @@ impl CustomOp3 for FusedLinear {
 /// `softmax_last_dim(scores * scale + (mask - 1) * 1e4)` for attention scores
 /// [batch, heads, queries, keys] and a key mask [batch, keys] (1 real, 0 padding), in
 /// one parallel pass; padded keys get exactly zero weight.
-pub fn masked_softmax(scores: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
+pub(crate) fn masked_softmax(scores: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
     if fast_path(scores) && mask.dtype() == DType::F32 {
         return scores.contiguous()?.apply_op2_no_bwd(&mask.contiguous()?, &MaskedSoftmax(scale as f32));
     }
@@ -172,7 +172,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 }
 
 /// Exact-form GELU, x * Phi(x), in parallel chunks.
-pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     if fast_path(x) {
         return x.contiguous()?.apply_op1_no_bwd(&GeluErf);
     }

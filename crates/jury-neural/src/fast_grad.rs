@@ -20,7 +20,7 @@ use crate::fast::{self, exp, fast_path, lanes, slice};
 const CHUNK: usize = 16_384;
 
 /// `linear.forward(x)`, differentiable in x, the weight and the bias.
-pub fn linear(l: &Linear, x: &Tensor) -> Result<Tensor> {
+pub(crate) fn linear(l: &Linear, x: &Tensor) -> Result<Tensor> {
     match l.bias() {
         Some(b) if fast_path(x) => x.contiguous()?.apply_op3(l.weight(), b, LinearD),
         _ => l.forward(x),
@@ -69,7 +69,7 @@ impl CustomOp3 for LinearD {
 /// `softmax_last_dim(scores * scale + (mask - 1) * 1e4)` for attention scores
 /// [batch, heads, queries, keys] and a key mask [batch, keys], differentiable in the
 /// scores (the mask is data).
-pub fn masked_softmax(scores: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
+pub(crate) fn masked_softmax(scores: &Tensor, mask: &Tensor, scale: f64) -> Result<Tensor> {
     if fast_path(scores) && mask.dtype() == DType::F32 {
         return scores.contiguous()?.apply_op2(&mask.contiguous()?, MaskedSoftmaxD(scale as f32));
     }
@@ -129,7 +129,7 @@ impl CustomOp2 for SoftmaxGrad {
 
 /// Layer normalisation over the last dimension, `(x - mean) / sqrt(var + eps) * weight +
 /// bias`, differentiable in x, weight and bias.
-pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+pub(crate) fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
     if !fast_path(x) {
         let mean = x.mean_keepdim(D::Minus1)?;
         let centred = x.broadcast_sub(&mean)?;
@@ -249,7 +249,7 @@ impl CustomOp3 for LayerNormGrad {
 }
 
 /// Exact-form GELU, x * Phi(x), differentiable.
-pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     if fast_path(x) {
         return x.contiguous()?.apply_op1(GeluErfD);
     }

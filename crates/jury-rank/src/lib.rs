@@ -113,7 +113,7 @@ pub(crate) mod testutil {
     use jury_sim::{ChoiceConfig, simulate_choice};
 
     /// Simulated multiple-choice answers of models with the given accuracies, as a table.
-    pub fn multiple_choice(acc: &[f64], n_prompts: usize, n_options: u32, seed: u64) -> Responses {
+    pub(crate) fn multiple_choice(acc: &[f64], n_prompts: usize, n_options: u32, seed: u64) -> Responses {
         let cfg = ChoiceConfig { n_questions: n_prompts, n_options, accuracies: acc.to_vec(), seed };
         let sim = simulate_choice(&cfg).unwrap();
         let cells = sim.answers.iter().map(|a| a.iter().map(|x| Some(x.to_string())).collect()).collect();

@@ -278,7 +278,7 @@ pub(crate) mod testutil {
 
     /// Comparisons with true win rate `p` judged by evaluators with accuracies (q0, q1);
     /// returns the votes and every comparison's human label.
-    pub fn simulate(p: f64, evaluators: &[(f64, f64)], n: usize, seed: u64) -> (PairVotes, Vec<bool>) {
+    pub(crate) fn simulate(p: f64, evaluators: &[(f64, f64)], n: usize, seed: u64) -> (PairVotes, Vec<bool>) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let human: Vec<bool> = (0..n).map(|_| rng.random_bool(p)).collect();
         let votes = human
@@ -296,7 +296,7 @@ pub(crate) mod testutil {
 
     /// The first `ratio` share of the labels revealed, the rest hidden (items are
     /// exchangeable in a simulation, so the first ones are a random subset).
-    pub fn reveal(human: &[bool], ratio: f64) -> Vec<Option<bool>> {
+    pub(crate) fn reveal(human: &[bool], ratio: f64) -> Vec<Option<bool>> {
         let k = (ratio * human.len() as f64).round() as usize;
         human.iter().enumerate().map(|(i, &h)| (i < k).then_some(h)).collect()
     }

