@@ -359,7 +359,12 @@ const DENSE_LIMIT_BYTES: usize = 8 << 30;
 /// Runs `methods` on judgments with labels (for the dev set and scoring): binary
 /// judgments with `jury_neural::skill`, C > 2 classes with `jury_neural::multiclass`
 /// (frozen encoder only).
-pub(crate) fn run(j: &Judgments, labels: &Labels, methods: &[NeuralMethod], opts: &NeuralOptions) -> Result<Vec<NeuralRun>> {
+pub(crate) fn run(
+    j: &Judgments,
+    labels: &Labels,
+    methods: &[NeuralMethod],
+    opts: &NeuralOptions,
+) -> Result<Vec<NeuralRun>> {
     let c = j.n_classes();
     if c > 2 && opts.finetune {
         bail!("--encoder finetune takes binary judgments; {c} classes run with the frozen encoder");
