@@ -9,14 +9,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, ClassPrior, DawidSkene, DawidSkeneConfig, EmInit, MajorityVote, TieBreak,
+    Aggregator, AverageProb, ClassPrior, DawidSkene, DawidSkeneConfig, EmInit, MajorityVote, TieBreak,
 };
 use jury_core::{Judgments, Labels};
 use jury_io::{OutputDir, Owner, read_judgments, read_labels, write_atomic};
 use serde_json::json;
 
 use crate::neural::{NeuralMethod, NeuralOptions, SkillInit};
-use crate::report;
+use crate::report::{self, MethodRun};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -383,13 +383,6 @@ impl Settings {
             Method::Ds => Box::new(DawidSkene::new(self.ds)),
         }
     }
-}
-
-/// One method's result and how long it took.
-pub(crate) struct MethodRun {
-    pub name: &'static str,
-    pub aggregation: Aggregation,
-    pub seconds: f64,
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {

@@ -3,15 +3,20 @@
 
 use std::fmt::Write as _;
 
-use jury_aggregate::Diagnostics;
+use jury_aggregate::{Aggregation, Diagnostics};
 use jury_core::{Judgments, Labels};
 use jury_io::csv_field;
 use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies};
 use serde_json::{Value, json};
 
-use crate::aggregate::MethodRun;
-
 const ECE_BINS: usize = 10;
+
+/// One method's result and how long it took.
+pub(crate) struct MethodRun {
+    pub(crate) name: &'static str,
+    pub(crate) aggregation: Aggregation,
+    pub(crate) seconds: f64,
+}
 
 /// Each judge's share of the examples it judged.
 fn coverage(j: &Judgments) -> Vec<f64> {

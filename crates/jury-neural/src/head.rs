@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
 use crate::adamw::FusedAdamW;
-use crate::skill::TrainConfig;
+use crate::config::TrainConfig;
 
 /// A `shape` matrix of uniform draws in [-scale, scale].
 pub(crate) fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {

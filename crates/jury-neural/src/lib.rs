@@ -9,6 +9,7 @@
 
 mod adamw;
 pub mod bert;
+mod config;
 mod fast;
 mod fast_grad;
 pub mod finetune;

@@ -20,8 +20,8 @@ use jury_core::argmax;
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
+use crate::config::{Method, TrainConfig};
 use crate::head::{self, Head, JudgeLogits};
-use crate::skill::{Method, TrainConfig};
 
 /// Judge outputs for C classes: `y[(n*k + j)*c + class]` = judge j's probability of
 /// `class` on example n; `present[n*k + j]` marks the available judgments.
