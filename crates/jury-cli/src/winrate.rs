@@ -2,12 +2,12 @@
 //! writes winrate.json and prints one line per generator pair.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use jury_io::{read_comparisons, write_atomic};
-use jury_winrate::{Comparison, PairEstimate, Prior, StudyOptions, study};
+use jury_winrate::{PairEstimate, Prior, StudyOptions, study};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -26,9 +26,9 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> Result<()> {
     let options = args.options;
     options.check()?;
-    let rows = comparisons(&args.comparisons)?;
+    let rows = read_comparisons(&args.comparisons)?;
     let ood = match &options.prior {
-        Prior::Ood(path) => Some(comparisons(path)?),
+        Prior::Ood(path) => Some(read_comparisons(path)?),
         _ => None,
     };
     let bar = ProgressBar::no_length().with_style(
@@ -58,19 +58,6 @@ pub(crate) fn run(args: Args) -> Result<()> {
     }
     println!("wrote {}", path.display());
     Ok(())
-}
-
-fn comparisons(path: &Path) -> Result<Vec<Comparison>> {
-    Ok(read_comparisons(path)?
-        .into_iter()
-        .map(|r| Comparison {
-            comparison_id: r.comparison_id,
-            generator_0: r.generator_0,
-            generator_1: r.generator_1,
-            evaluator: r.evaluator,
-            vote: r.vote,
-        })
-        .collect())
 }
 
 /// One line per pair: size, human rate, observed rate, estimate and interval, errors.

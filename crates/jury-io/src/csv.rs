@@ -143,6 +143,20 @@ pub(crate) fn header_names(header: &Record<'_>) -> Result<Vec<String>, Malformed
     Ok(names)
 }
 
+/// The header's column names (checked distinct) without reading further; `None` for a
+/// file without a record.
+pub(crate) fn header(text: &str) -> Result<Option<Vec<String>>, Malformed> {
+    enum Stop {
+        Bad(Malformed),
+        Names(Vec<String>),
+    }
+    match scan(text, Stop::Bad, |r| Err(header_names(r).map_or_else(Stop::Bad, Stop::Names))) {
+        Ok(()) => Ok(None),
+        Err(Stop::Names(names)) => Ok(Some(names)),
+        Err(Stop::Bad(m)) => Err(m),
+    }
+}
+
 /// A DataFrame of text columns from CSV text (see [`scan`]); an empty field is null.
 pub(crate) fn frame(text: &str) -> Result<DataFrame, Malformed> {
     let mut names: Option<Vec<String>> = None;

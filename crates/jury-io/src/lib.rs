@@ -13,7 +13,7 @@ mod table;
 mod write;
 
 pub use output::{OutputDir, OutputError, Owner};
-pub use pairwise::{ComparisonRow, ResponseTable, read_comparisons, read_responses};
+pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use table::{read_judgments, read_labels, read_texts};
 pub use write::{csv_field, write_atomic};
 

@@ -4,27 +4,16 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use jury_winrate::Comparison;
+
 use crate::IoError;
 use crate::table::Table;
-
-/// One row of a comparisons table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ComparisonRow {
-    /// Identifies the comparison within its generator pair (shared by its evaluators' rows).
-    pub comparison_id: String,
-    pub generator_0: String,
-    pub generator_1: String,
-    /// The evaluator (an LLM, or the human-label name).
-    pub evaluator: String,
-    /// `Some(true)` when generator_1's output is preferred; `None` for a tie or no verdict.
-    pub vote: Option<bool>,
-}
 
 /// Reads a comparisons table: columns `comparison_id`, `generator_0`, `generator_1`,
 /// `evaluator`, `vote` (1: generator_1 preferred, 0: generator_0 preferred, `tie` or
 /// empty: no preference). One row per (generator pair, comparison, evaluator); a repeat
 /// is an error naming both rows.
-pub fn read_comparisons(path: &Path) -> Result<Vec<ComparisonRow>, IoError> {
+pub fn read_comparisons(path: &Path) -> Result<Vec<Comparison>, IoError> {
     let t = Table::load(path)?;
     let ids = t.required_text("comparison_id")?;
     let g0 = t.required_text("generator_0")?;
@@ -37,7 +26,7 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<ComparisonRow>, IoError> {
         // The four text columns were checked to have no empty cell.
         let text = |c: &polars::prelude::StringChunked| c.get(i).unwrap_or_default().trim().to_owned();
         let vote = vote.as_deref();
-        let row = ComparisonRow {
+        let row = Comparison {
             comparison_id: text(&ids),
             generator_0: text(&g0),
             generator_1: text(&g1),

@@ -279,11 +279,8 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
             ProbColumns::Lists(rows) => builder.push_slice(id, judge, rows[i].as_deref()),
             ProbColumns::PerClass(cols) => {
                 let row: Vec<Option<f64>> = cols.iter().map(|c| c[i]).collect();
-                match row.iter().filter(|x| x.is_some()).count() {
-                    0 => builder.push_slice(id, judge, None),
-                    n if n == n_classes => builder.push(id, judge, Some(row.into_iter().flatten().collect())),
-                    _ => return Err(t.field_err(i, "p0", "some class probabilities are empty and others are not")),
-                }
+                let probs = all_or_none(&row).ok_or_else(|| t.field_err(i, "p0", MIXED_CLASSES))?;
+                builder.push_slice(id, judge, probs.as_deref())
             }
         };
         pushed.map_err(|e| t.entry_err(i, e))?;
@@ -335,6 +332,19 @@ impl CsvLayout {
     }
 }
 
+/// Why a row of per-class columns is refused.
+const MIXED_CLASSES: &str = "some class probabilities are empty and others are not";
+
+/// A row of per-class cells: `Some(None)` when all are empty (a missing judgment),
+/// `Some(Some(probs))` when all are present, `None` when some are and some are not.
+fn all_or_none(row: &[Option<f64>]) -> Option<Option<Vec<f64>>> {
+    match row.iter().filter(|x| x.is_some()).count() {
+        0 => Some(None),
+        n if n == row.len() => Some(Some(row.iter().flatten().copied().collect())),
+        _ => None,
+    }
+}
+
 /// Why a judgments CSV scan stopped: a problem, or (for the class count) the answer.
 enum Stop {
     Failed(IoError),
@@ -362,14 +372,9 @@ fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
             .map(Some)
             .map_err(|_| field(r.line, "probs", format!("`{t}` is not a JSON array of numbers"))),
     };
-    let mut layout: Option<CsvLayout> = None;
-    crate::csv::scan(&text, malformed, |r| {
-        layout = Some(CsvLayout::of(path, &crate::csv::header_names(r).map_err(malformed)?)?);
-        // The header is all this pass needs.
-        Err(IoError::Empty { path: path.to_owned() })
-    })
-    .or_else(|e| if layout.is_some() { Ok(()) } else { Err(e) })?;
-    let Some(layout) = layout else { return Err(IoError::Empty { path: path.to_owned() }) };
+    let names =
+        crate::csv::header(&text).map_err(malformed)?.ok_or_else(|| IoError::Empty { path: path.to_owned() })?;
+    let layout = CsvLayout::of(path, &names)?;
     // A list column's class count is the first non-empty list's length.
     let n_classes = match &layout.probs {
         CsvProbs::Binary(_) => 2,
@@ -420,20 +425,8 @@ fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
                 for (i, name) in cols {
                     row.push(number(r, *i, name)?);
                 }
-                match row.iter().filter(|x| x.is_some()).count() {
-                    0 => builder.push_slice(id, judge, None),
-                    n if n == n_classes => {
-                        let p: Vec<f64> = row.iter().flatten().copied().collect();
-                        builder.push_slice(id, judge, Some(&p))
-                    }
-                    _ => {
-                        return Err(field(
-                            r.line,
-                            "p0",
-                            "some class probabilities are empty and others are not".into(),
-                        ));
-                    }
-                }
+                let probs = all_or_none(&row).ok_or_else(|| field(r.line, "p0", MIXED_CLASSES.into()))?;
+                builder.push_slice(id, judge, probs.as_deref())
             }
         };
         pushed.map_err(|e| entry_err(r.line, e))

@@ -261,7 +261,7 @@ impl RankReport {
 }
 
 /// The settings of the multiple-choice simulation (`jury rank-sim`).
-#[derive(Debug, Clone, clap::Args, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimOptions {
     /// Models per simulated benchmark (comma-separated: every combination of models,
@@ -331,13 +331,6 @@ pub struct SimStudy {
     #[serde(flatten)]
     pub options: SimOptions,
     pub rows: Vec<SimRow>,
-}
-
-impl PartialEq for SimOptions {
-    fn eq(&self, o: &Self) -> bool {
-        (&self.models, &self.questions, &self.options, &self.best, self.worst, &self.noise, self.trials, self.seed)
-            == (&o.models, &o.questions, &o.options, &o.best, o.worst, &o.noise, o.trials, o.seed)
-    }
 }
 
 /// The paper's Table 2 (RBO mean, std) for MCA, FTR, GTR at best accuracy 30/50/70/90%.

@@ -22,13 +22,15 @@ use crate::{
 
 /// One row of a comparisons table: an evaluator's vote (or a human label) on one
 /// comparison of two generators' outputs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Comparison {
+    /// Identifies the comparison within its generator pair (shared by its evaluators' rows).
     pub comparison_id: String,
     pub generator_0: String,
     pub generator_1: String,
+    /// The evaluator (an LLM, or the human-label name).
     pub evaluator: String,
-    /// `true` when generator_1's output is preferred; `None` for a tie or no verdict.
+    /// `Some(true)` when generator_1's output is preferred; `None` for a tie or no verdict.
     pub vote: Option<bool>,
 }
 
