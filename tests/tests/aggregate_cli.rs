@@ -161,7 +161,10 @@ fn bad_inputs_fail_with_file_and_row() {
     assert!(e.contains("labels.csv line 3: column `example_id`: duplicate label for `a` (first at line 2)"), "{e}");
 
     let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,wisdom"]);
-    assert!(e.contains("unknown method `wisdom` in --methods (known: avg, mv, ds, train-on-mv,"), "{e}");
+    assert!(
+        e.contains("invalid value 'wisdom' for '--methods <METHODS>'; [possible values: avg, mv, ds, train-on-mv,"),
+        "{e}"
+    );
 
     let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,crowdlayer"]);
     assert!(e.contains("the context-dependent methods need --contexts FILE"), "{e}");
@@ -359,7 +362,8 @@ fn skills_start_at_dawid_skenes_estimates() {
     );
     assert_eq!(refused.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("--skill-init `0.4`"),
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("'--skill-init <SKILL_INIT>': `0.4`: expected a probability in (0.5, 1)"),
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
@@ -466,7 +470,8 @@ fn a_device_that_cannot_open_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     context_jury(dir.path(), 20);
     let flags = ["--methods", "skillagg", "--dev-size", "5", "--seeds", "1", "--epochs", "1"];
-    for (device, message, out) in [("tpu", "--device: unknown device `tpu`", "o1"), ("cuda:7", "device cuda:7: ", "o2")]
+    for (device, message, out) in
+        [("tpu", "'--device <DEVICE>': unknown device `tpu`", "o1"), ("cuda:7", "device cuda:7: ", "o2")]
     {
         let run = aggregate_contexts(
             dir.path(),

@@ -167,7 +167,7 @@ fn run_config_with_skillagg_writes_contexts_and_aggregates() {
              prompt: {prompt}\n\
              judges:\n  - name: smollm2-135m\n    gguf: {model}\n\
              runtime: {{max_concurrency: 1, max_prompt_tokens: 1024}}\n\
-             aggregate: {{methods: \"avg,skillagg\", dev_size: 3, seeds: 1, epochs: 2, encoder_dir: {encoder}}}\n\
+             aggregate: {{methods: [avg, skillagg], dev_size: 3, seeds: 1, epochs: 2, encoder_dir: {encoder}}}\n\
              output: {out}\n",
             data = root.join("datasets/demo-facts.csv").display(),
             prompt = root.join("prompts/demo-facts.yaml").display(),

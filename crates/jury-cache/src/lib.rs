@@ -32,6 +32,16 @@ pub enum CacheError {
     Symlink { path: PathBuf },
 }
 
+/// The default root of jury's on-disk caches (embeddings, fine-tuning checkpoints):
+/// `$XDG_CACHE_HOME/jury`, else `~/.cache/jury`, else `.cache/jury`.
+pub fn default_root() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"))
+        .join("jury")
+}
+
 /// Hex SHA-256 over the parts, each length-prefixed so `("ab", "c")` and `("a", "bc")`
 /// differ.
 pub fn key(parts: &[&[u8]]) -> String {

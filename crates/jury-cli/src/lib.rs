@@ -5,9 +5,7 @@
 mod aggregate;
 #[cfg(feature = "judges")]
 mod llm_eval;
-mod neural;
 mod rank;
-mod report;
 #[cfg(feature = "judges")]
 mod run;
 mod simulate;
@@ -49,7 +47,18 @@ enum Command {
 
 /// The whole `jury` program.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version: clap's own text on stdout.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {}", usage_error(&e));
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Aggregate(args) => aggregate::run(*args),
         Command::Simulate(args) => simulate::run(args),
@@ -79,6 +88,17 @@ fn without_judges(what: &str) -> anyhow::Error {
     )
 }
 
+/// A flag clap refused, on one line like every other error: its message and what it
+/// lists (possible values, tips), without the usage and the pointer to --help.
+fn usage_error(e: &clap::Error) -> String {
+    e.to_string()
+        .lines()
+        .map(|l| l.trim().trim_start_matches("error: "))
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The whole context chain on one line, "outer: inner: cause", leaving out a cause whose
 /// text the message before it already holds (library errors quote their source).
 fn one_line(e: &anyhow::Error) -> String {
@@ -96,6 +116,24 @@ fn one_line(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_refused_flag_is_one_line() {
+        use clap::Parser;
+        let e =
+            super::Cli::try_parse_from(["jury", "aggregate", "--judgments", "j", "--out", "o", "--methods", "avg,x"])
+                .err()
+                .unwrap();
+        let line = super::usage_error(&e);
+        assert!(line.starts_with("invalid value 'x' for '--methods <METHODS>'"), "{line}");
+        assert!(
+            line.contains(
+                "[possible values: avg, mv, ds, train-on-mv, crowdlayer, skillagg-noreg, skillagg, skillagg-x]"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains('\n') && !line.contains("Usage"), "{line}");
+    }
+
     #[test]
     fn a_quoted_cause_is_not_repeated() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");

@@ -12,7 +12,9 @@ use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 use jury_runner::{Manifest, OutputLayout};
 
-use crate::aggregate::{self, Settings};
+use jury_study::{AggregateOptions, Settings};
+
+use crate::aggregate;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -25,7 +27,7 @@ pub(crate) struct Args {
 }
 
 /// The YAML experiment, with this program's aggregation options.
-pub(crate) type Experiment = jury_runner::Experiment<aggregate::Options>;
+pub(crate) type Experiment = jury_runner::Experiment<AggregateOptions>;
 
 /// Reads and checks the experiment, resolves its aggregation settings (once: this may
 /// read the hub cache for the encoder) and prepares the process environment. Called
@@ -36,7 +38,9 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
     if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
         exp.aggregate.contexts = Some(OutputLayout::published_contexts(&exp.output));
     }
-    let settings = Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
+    let mut settings =
+        Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
+    settings.resolve_encoder().with_context(|| format!("{}: `aggregate`", args.config.display()))?;
     if exp.runtime.dequantize && std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_none() {
         // SAFETY: called from `main` before the async runtime or any other thread exists.
         unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
@@ -67,7 +71,8 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         );
     }
     println!();
-    aggregate::results(&run.judgments, Some(&run.labels), &settings)?.write(layout.staging_dir(), layout.dir())?;
+    let study = jury_study::run(&run.judgments, Some(&run.labels), &settings, &aggregate::print_note)?;
+    aggregate::write(&study, layout.staging_dir(), layout.dir())?;
     println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
     let exact = run.exact_shares();
     if exact.values().any(|&e| e < 1.0) {

@@ -3,8 +3,10 @@
 //! Every metric is computed over the examples that have a label and returns `None` when
 //! there are none, so an unlabeled run can never report a made-up score.
 
+mod protocol;
 mod ranking;
 
+pub use protocol::{Split, accuracy_on, labeled};
 pub use ranking::{average_precision_at_k, rank_biased_overlap, spearman};
 
 use jury_core::{Judgments, Labels, Posteriors, argmax};

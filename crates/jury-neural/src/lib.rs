@@ -10,6 +10,7 @@
 mod adamw;
 pub mod bert;
 mod config;
+mod embed_cache;
 mod fast;
 mod fast_grad;
 pub mod finetune;
@@ -20,8 +21,10 @@ mod head;
 pub mod hub;
 pub mod multiclass;
 pub mod skill;
+mod study;
 
-pub use candle_core;
+pub use config::{Method, TrainConfig};
+pub use study::{NeuralMethod, NeuralOptions, NeuralRun, Note, SeedRun, SkillInit, run_methods};
 
 /// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an
 /// older implementation are not reused). 2: fused CPU kernels (`fast`).
@@ -44,6 +47,32 @@ pub enum NeuralError {
     Setting(String),
     #[error("device {device}: {reason}")]
     Device { device: ComputeDevice, reason: String },
+    #[error("{action} {}: {source}", path.display())]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Cache(#[from] jury_cache::CacheError),
+    #[error(transparent)]
+    Write(#[from] jury_io::IoError),
+    #[error(transparent)]
+    Aggregate(#[from] jury_aggregate::AggregateError),
+    #[error(transparent)]
+    Core(#[from] jury_core::CoreError),
+    #[error("--encoder finetune takes binary judgments; {classes} classes run with the frozen encoder")]
+    FinetuneClasses { classes: usize },
+    #[error("--skill-init ds takes binary judgments ({classes} classes here)")]
+    SkillInitClasses { classes: usize },
+    #[error(
+        "{examples} examples x {judges} judges: the context-dependent methods hold every (example, judge) cell, \
+         more than {gb} GB here; use avg, mv or ds (sparse), or fewer judges"
+    )]
+    TooLarge { examples: usize, judges: usize, gb: usize },
+    #[error("{labeled} labeled examples: not enough for a dev set of {dev_size}")]
+    TooFewLabels { labeled: usize, dev_size: usize },
+    #[error(
+        "{method} seed {seed} (lambda {lambda}, epoch {epoch}): the posterior of example `{example}` is not a number; \
+         no accuracy is reported (check --lr and the contexts' embeddings)"
+    )]
+    NotANumber { method: &'static str, seed: u64, lambda: f64, epoch: usize, example: String },
 }
 
 /// Where the encoder (and, fine-tuned, its head) computes: the CPU, or a CUDA GPU in

@@ -1,12 +1,56 @@
-//! Plain progress lines for long runs whose stderr is a log file, not a terminal: an
-//! overnight judging or fine-tuning run under `nohup` still says how far it is, how
-//! fast, and when it will end.
+//! Progress of long runs in one style: a bar on a terminal, and plain lines when stderr
+//! is a log file, so an overnight judging or fine-tuning run under `nohup` still says
+//! how far it is, how fast, and when it will end.
 //!
 //! Invariant: items found already done (a resumed run) move the count but never the
 //! rate, so a resumed run's ETA is not flattered by work an earlier process did.
 
 use std::sync::Mutex;
 use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Every bar's style: `template` in indicatif's syntax (a bad template falls back to the
+/// plain bar instead of failing a run).
+pub fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+/// One count shown two ways: a bar on a terminal, plain [`LogProgress`] lines in a log.
+pub struct Progress {
+    bar: ProgressBar,
+    log: LogProgress,
+}
+
+impl Progress {
+    /// `template` draws the bar; `label` starts each log line.
+    pub fn new(label: impl Into<String>, total: u64, template: &str) -> Self {
+        Self { bar: ProgressBar::new(total).with_style(style(template)), log: LogProgress::new(label, total) }
+    }
+
+    /// `n` more items done by this process.
+    pub fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        self.log.inc(n);
+    }
+
+    /// `n` items found already done (resume): they move the count, not the rate.
+    pub fn skip(&self, n: u64) {
+        self.bar.inc(n);
+        self.bar.reset_eta();
+        self.log.skip(n);
+    }
+
+    /// Leaves the finished bar on the terminal.
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+
+    /// Removes the bar from the terminal.
+    pub fn finish_and_clear(&self) {
+        self.bar.finish_and_clear();
+    }
+}
 
 /// Progress for logs: when stderr is not a terminal (a run under `nohup`, CI), indicatif
 /// draws nothing, so one plain line is printed at every 10% and at least once a minute.

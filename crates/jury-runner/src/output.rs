@@ -36,7 +36,7 @@ const CONTEXTS: &str = "contexts.csv";
 const RESOLVED: &str = "config.resolved.yaml";
 const MANIFEST: &str = "manifest.json";
 /// Written by aggregation into [`OutputLayout::staging_dir`].
-const AGGREGATION: [&str; 2] = ["metrics.json", "predictions.csv"];
+const AGGREGATION: [&str; 2] = jury_study::OutputLayout::FILES;
 
 impl OutputLayout {
     /// Every file a run may write.

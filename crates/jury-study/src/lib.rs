@@ -1,0 +1,52 @@
+//! An aggregation study over one judgments matrix: the methods its options name
+//! (AverageProb, MajorityVote, Dawid-Skene and the context-dependent ones of
+//! jury-neural), scored against labels when there are any, as typed results
+//! ([`Study`]) and the files they become ([`OutputLayout`]: metrics.json,
+//! predictions.csv). `jury aggregate` and the end of `jury run` are this crate.
+//!
+//! Invariants: options are checked without reading any file; a study writes nothing
+//! until every method has run; labels only score (and, for the context-dependent
+//! methods, choose lambda and the epoch on each seed's dev set).
+
+mod options;
+mod report;
+mod study;
+
+use std::path::PathBuf;
+
+pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, Settings, SkillStart, Ties};
+pub use report::{Metrics, OutputLayout};
+pub use study::{MethodRun, NeuralStudy, Study, run};
+
+/// What a study could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum StudyError {
+    #[error("{flag} {reason}")]
+    Option { flag: &'static str, reason: String },
+    #[error("encoder {}: {source}", spec.display())]
+    Encoder { spec: PathBuf, source: Box<jury_neural::NeuralError> },
+    #[error("the context-dependent methods need --labels (the dev set that chooses lambda and the epoch)")]
+    NeedsLabels,
+    #[error("the context-dependent methods need --contexts FILE")]
+    NeedsContexts,
+    #[error("{labeled} labeled examples: not enough for a dev set of {dev_size} (--dev-size)")]
+    TooFewLabels { labeled: usize, dev_size: usize },
+    #[error("{}: no context for example `{example}`", path.display())]
+    NoContext { path: PathBuf, example: String },
+    #[error("{method}: the posterior of example `{example}` is not a number; no accuracy is reported")]
+    NotANumber { method: &'static str, example: String },
+    #[error(transparent)]
+    Aggregate(#[from] jury_aggregate::AggregateError),
+    #[error(transparent)]
+    Neural(Box<jury_neural::NeuralError>),
+    #[error(transparent)]
+    Io(#[from] jury_io::IoError),
+    #[error("serialising metrics: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl From<jury_neural::NeuralError> for StudyError {
+    fn from(e: jury_neural::NeuralError) -> Self {
+        StudyError::Neural(Box::new(e))
+    }
+}

@@ -1,0 +1,551 @@
+//! The aggregation options, declared once: the flags of `jury aggregate` (through
+//! `#[command(flatten)]`) and the `aggregate:` section of a `jury run` experiment are the
+//! same typed struct. Checking them ([`Settings::new`]) does no I/O; finding the encoder
+//! ([`Settings::resolve_encoder`]) is a separate step.
+
+use std::path::PathBuf;
+
+use jury_aggregate::{ClassPrior, DawidSkeneConfig, EmInit, TieBreak};
+use jury_neural::{ComputeDevice, NeuralMethod, NeuralOptions, SkillInit};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::StudyError;
+
+/// An aggregation method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum Method {
+    /// AverageProb: the mean of the judges' probabilities.
+    #[value(name = "avg")]
+    #[serde(rename = "avg")]
+    Avg,
+    /// MajorityVote over the judges' hard votes.
+    #[value(name = "mv")]
+    #[serde(rename = "mv")]
+    Mv,
+    /// Dawid-Skene: per-judge confusion matrices by EM.
+    #[value(name = "ds")]
+    #[serde(rename = "ds")]
+    Ds,
+    /// A context model trained on majority-vote labels (needs contexts and labels).
+    #[value(name = "train-on-mv")]
+    #[serde(rename = "train-on-mv")]
+    TrainOnMv,
+    /// Crowdlayer: the context model read alone (needs contexts and labels).
+    #[value(name = "crowdlayer")]
+    #[serde(rename = "crowdlayer")]
+    Crowdlayer,
+    /// SkillAggregation without the regulariser (needs contexts and labels).
+    #[value(name = "skillagg-noreg")]
+    #[serde(rename = "skillagg-noreg")]
+    SkillAggNoReg,
+    /// SkillAggregation: task-level skills, posterior by Eq. 8 (needs contexts and labels).
+    #[value(name = "skillagg")]
+    #[serde(rename = "skillagg")]
+    SkillAgg,
+    /// SkillAggregation-X: context-level skills (needs contexts and labels).
+    #[value(name = "skillagg-x")]
+    #[serde(rename = "skillagg-x")]
+    SkillAggX,
+}
+
+impl Method {
+    /// The context-dependent method this is, if it is one.
+    fn neural(self) -> Option<NeuralMethod> {
+        match self {
+            Method::Avg | Method::Mv | Method::Ds => None,
+            Method::TrainOnMv => Some(NeuralMethod::TrainOnMv),
+            Method::Crowdlayer => Some(NeuralMethod::Crowdlayer),
+            Method::SkillAggNoReg => Some(NeuralMethod::SkillAggNoReg),
+            Method::SkillAgg => Some(NeuralMethod::SkillAgg),
+            Method::SkillAggX => Some(NeuralMethod::SkillAggX),
+        }
+    }
+}
+
+/// How a tie for the top class is decided (avg, mv and ds's final labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ties {
+    /// The positive class (the highest tied class with more than two).
+    #[value(alias = "yes")]
+    #[serde(alias = "yes")]
+    Positive,
+    /// The negative class (the lowest tied class with more than two).
+    #[value(alias = "no")]
+    #[serde(alias = "no")]
+    Negative,
+    /// A seeded draw among the tied classes (`seed`).
+    Random,
+}
+
+/// Dawid-Skene's class prior.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DsPrior {
+    /// Uniform, as in the paper.
+    Uniform,
+    /// Learned with the confusion matrices.
+    Learned,
+}
+
+/// Dawid-Skene's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DsInit {
+    /// Majority-vote posteriors.
+    Mv,
+    /// Random posteriors (the paper's Algorithm 3), seeded by `seed`.
+    Random,
+}
+
+/// The context encoder's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EncoderMode {
+    /// Embeddings computed once and cached; only the heads train.
+    Frozen,
+    /// Encoder and heads trained together, resuming from checkpoints.
+    Finetune,
+}
+
+/// Where the judges' skills start, as written: a probability or `ds`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SkillStart {
+    /// Every judge at this P(correct) in both classes.
+    Uniform(f64),
+    /// Each judge at its Dawid-Skene estimate.
+    DawidSkene,
+}
+
+impl std::str::FromStr for SkillStart {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "ds" => Ok(SkillStart::DawidSkene),
+            other => match other.parse::<f64>() {
+                Ok(p) if p > 0.5 && p < 1.0 => Ok(SkillStart::Uniform(p)),
+                _ => Err(format!("`{other}`: expected a probability in (0.5, 1) or `ds`")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for SkillStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkillStart::Uniform(p) => write!(f, "{p}"),
+            SkillStart::DawidSkene => f.write_str("ds"),
+        }
+    }
+}
+
+/// The aggregation options as written by a user (flags or a YAML config).
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AggregateOptions {
+    /// Methods, comma-separated (a list in YAML). The context-dependent ones need
+    /// --contexts and labels for the dev set.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Method::Avg, Method::Mv, Method::Ds])]
+    #[serde(deserialize_with = "one_or_list")]
+    pub methods: Vec<Method>,
+    /// Tie rule for avg and mv (and ds's final labels).
+    #[arg(long, value_enum, default_value_t = Ties::Positive)]
+    pub ties: Ties,
+    /// Seed for random tie-breaking and random EM initialisation.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Dawid-Skene class prior.
+    #[arg(long, value_enum, default_value_t = DsPrior::Uniform)]
+    pub ds_prior: DsPrior,
+    /// Dawid-Skene start.
+    #[arg(long, value_enum, default_value_t = DsInit::Mv)]
+    pub ds_init: DsInit,
+    /// Dawid-Skene iteration cap.
+    #[arg(long, default_value_t = 100)]
+    pub ds_max_iter: usize,
+    /// Dawid-Skene tolerance on parameter change; 0 runs exactly --ds-max-iter iterations.
+    #[arg(long, default_value_t = 1e-6)]
+    pub ds_tol: f64,
+    /// Example contexts for the context-dependent methods: example_id, text.
+    #[arg(long)]
+    pub contexts: Option<PathBuf>,
+    /// Labeled development examples (drawn per seed) that choose lambda and the epoch.
+    #[arg(long, default_value_t = 250)]
+    pub dev_size: usize,
+    /// Seeds of the context-dependent methods (mean and std reported).
+    #[arg(long, default_value_t = 5)]
+    pub seeds: usize,
+    /// The first of the --seeds consecutive seeds (seeds first..first+seeds), so the
+    /// seeds of a long fine-tuned run can go to separate machines or sessions.
+    #[arg(long, default_value_t = 0)]
+    pub first_seed: u64,
+    /// Context encoder mode.
+    #[arg(long, value_enum, default_value_t = EncoderMode::Frozen)]
+    pub encoder: EncoderMode,
+    /// Encoder folder (config.json, tokenizer.json, model.safetensors; BERT such as
+    /// all-MiniLM-L6-v2, see scripts/fetch-encoder.sh, or GPT-2), or a hub model id such as
+    /// openai-community/gpt2 (the paper's encoder), taken from or fetched into the hub cache.
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
+    pub encoder_dir: PathBuf,
+    /// Where the encoder runs: cpu, or cuda / cuda:N (GPU N) in builds with
+    /// `--features jury-cli/cuda`; the heads of the frozen mode always train on the CPU.
+    #[arg(long, default_value_t = ComputeDevice::Cpu)]
+    #[serde(serialize_with = "as_text", deserialize_with = "from_text")]
+    pub device: ComputeDevice,
+    /// Tokens per context kept by the encoder (all-MiniLM-L6-v2 was trained on 128).
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Embed each ` || `-separated field of a context on its own (up to --max-tokens each)
+    /// and concatenate the vectors in field order (frozen encoder only).
+    #[arg(long)]
+    pub split_fields: bool,
+    /// Training epochs of the context-dependent methods (the dev set picks the best).
+    #[arg(long, default_value_t = 20)]
+    pub epochs: usize,
+    /// Regulariser weights the dev set chooses from (skillagg, skillagg-x), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [0.01, 0.1, 1.0])]
+    #[serde(deserialize_with = "one_or_list")]
+    pub lambdas: Vec<f64>,
+    /// Width of a ReLU hidden layer in the context model's head (0 = linear).
+    #[arg(long, default_value_t = 0)]
+    pub hidden: usize,
+    /// Learning rate of the context-dependent methods' heads.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Examples per training step of the context-dependent methods (default 256 with the
+    /// frozen encoder, 32 when fine-tuning it).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Starting skills of crowdlayer and the skillagg methods: a probability in (0.5, 1)
+    /// for every judge and class, or `ds`: each judge's P(b=0|c=0), P(b=1|c=1) as
+    /// estimated by Dawid-Skene (with the --ds-* settings; binary judgments).
+    #[arg(long, default_value_t = SkillStart::Uniform(0.8))]
+    #[serde(serialize_with = "as_text", deserialize_with = "from_text")]
+    pub skill_init: SkillStart,
+    /// Root of jury's on-disk caches: DIR/embeddings (frozen-encoder embeddings) and
+    /// DIR/finetune (fine-tuning checkpoints, which a long run resumes from); put it on a
+    /// disk that outlives the machine for runs that span sessions. Default
+    /// $XDG_CACHE_HOME/jury, else ~/.cache/jury.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for AggregateOptions {
+    fn default() -> Self {
+        Self {
+            methods: vec![Method::Avg, Method::Mv, Method::Ds],
+            ties: Ties::Positive,
+            seed: 0,
+            ds_prior: DsPrior::Uniform,
+            ds_init: DsInit::Mv,
+            ds_max_iter: 100,
+            ds_tol: 1e-6,
+            contexts: None,
+            dev_size: 250,
+            seeds: 5,
+            first_seed: 0,
+            encoder: EncoderMode::Frozen,
+            encoder_dir: "models/all-MiniLM-L6-v2".into(),
+            device: ComputeDevice::Cpu,
+            max_tokens: 128,
+            split_fields: false,
+            epochs: 20,
+            lambdas: vec![0.01, 0.1, 1.0],
+            hidden: 0,
+            lr: 1e-3,
+            batch: None,
+            skill_init: SkillStart::Uniform(0.8),
+            cache_dir: None,
+        }
+    }
+}
+
+impl AggregateOptions {
+    /// Whether a context-dependent method is named (it needs contexts).
+    pub fn wants_contexts(&self) -> bool {
+        self.methods.iter().any(|m| m.neural().is_some())
+    }
+}
+
+/// A list written as a YAML list or, as older configs do, one comma-separated string;
+/// a bad entry is named in the error.
+fn one_or_list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde_json::Value;
+    let entry = |v: Value| {
+        let shown = v.to_string();
+        serde_json::from_value::<T>(v).map_err(|e| serde::de::Error::custom(format!("{shown}: {e}")))
+    };
+    match Value::deserialize(d)? {
+        Value::Array(items) => items.into_iter().map(entry).collect(),
+        Value::String(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            // A number inside the string ("0.01,0.1") is read as a number.
+            .map(|x| entry(serde_json::from_str(x).unwrap_or_else(|_| Value::String(x.to_owned()))))
+            .collect(),
+        one => Ok(vec![entry(one)?]),
+    }
+}
+
+fn as_text<S: Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// A value written as text (`cuda:1`) or, for a number, as a number (`skill_init: 0.7`).
+fn from_text<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: std::str::FromStr<Err = String>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Text(String),
+        Number(f64),
+    }
+    let text = match Form::deserialize(d)? {
+        Form::Text(s) => s,
+        Form::Number(x) => x.to_string(),
+    };
+    text.parse().map_err(serde::de::Error::custom)
+}
+
+/// Everything the methods need besides the data, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub(crate) methods: Vec<Method>,
+    pub(crate) ties: TieBreak,
+    pub(crate) ds: DawidSkeneConfig,
+    pub(crate) neural: Vec<NeuralMethod>,
+    /// The context-dependent methods' settings, with the encoder as written until
+    /// [`Settings::resolve_encoder`] finds it.
+    pub(crate) neural_opts: Option<NeuralOptions>,
+    pub(crate) contexts: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Checks the options; reads no file.
+    pub fn new(a: &AggregateOptions) -> Result<Self, StudyError> {
+        let bad = |flag: &'static str, reason: String| StudyError::Option { flag, reason };
+        let ties = match a.ties {
+            Ties::Positive => TieBreak::Positive,
+            Ties::Negative => TieBreak::Negative,
+            Ties::Random => TieBreak::Random { seed: a.seed },
+        };
+        let prior = match a.ds_prior {
+            DsPrior::Uniform => ClassPrior::Uniform,
+            DsPrior::Learned => ClassPrior::Learned,
+        };
+        let init = match a.ds_init {
+            DsInit::Mv => EmInit::MajorityVote,
+            DsInit::Random => EmInit::Random { seed: a.seed },
+        };
+        if !(a.ds_tol.is_finite() && a.ds_tol >= 0.0) {
+            return Err(bad("--ds-tol", format!("{}: expected a finite number, 0 or more", a.ds_tol)));
+        }
+        let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, ties };
+        if a.methods.is_empty() {
+            return Err(bad("--methods", "is empty".into()));
+        }
+        let mut methods: Vec<Method> = Vec::new();
+        for m in &a.methods {
+            if !methods.contains(m) {
+                methods.push(*m);
+            }
+        }
+        let neural: Vec<NeuralMethod> = methods.iter().filter_map(|m| m.neural()).collect();
+        methods.retain(|m| m.neural().is_none());
+        let neural_opts = if neural.is_empty() { None } else { Some(neural_options(a, ds)?) };
+        if neural_opts.is_some() && a.contexts.is_none() {
+            return Err(StudyError::NeedsContexts);
+        }
+        Ok(Self { methods, ties, ds, neural, neural_opts, contexts: a.contexts.clone() })
+    }
+
+    /// Finds the encoder the options name (a local folder, or a hub id in the hub cache,
+    /// fetched unless offline): the only step of these settings that touches files.
+    pub fn resolve_encoder(&mut self) -> Result<(), StudyError> {
+        if let Some(opts) = &mut self.neural_opts {
+            let spec = opts.encoder_dir.clone();
+            opts.encoder_dir = jury_neural::hub::resolve(&spec)
+                .map_err(|source| StudyError::Encoder { spec, source: Box::new(source) })?;
+        }
+        Ok(())
+    }
+
+    /// Reads the examples' contexts from `path` instead (a run's own contexts file, read
+    /// from its staging folder before it is published).
+    pub fn read_contexts_from(&mut self, path: PathBuf) {
+        if self.neural_opts.is_some() {
+            self.contexts = Some(path);
+        }
+    }
+
+    /// Whether `n_labeled` labeled examples leave a test set beside the dev set of the
+    /// context-dependent methods: `jury run` asks before judging (the study checks the
+    /// judged examples again before any embedding).
+    pub fn check_labeled(&self, n_labeled: usize) -> Result<(), StudyError> {
+        match &self.neural_opts {
+            Some(opts) if n_labeled <= opts.dev_size => {
+                Err(StudyError::TooFewLabels { labeled: n_labeled, dev_size: opts.dev_size })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The context-dependent methods' settings, checked (the encoder not yet resolved).
+fn neural_options(a: &AggregateOptions, ds: DawidSkeneConfig) -> Result<NeuralOptions, StudyError> {
+    let bad = |flag: &'static str, reason: String| StudyError::Option { flag, reason };
+    let finetune = a.encoder == EncoderMode::Finetune;
+    if a.lambdas.is_empty() || a.lambdas.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
+        return Err(bad("--lambdas", format!("{:?}: expected finite non-negative numbers", a.lambdas)));
+    }
+    if !(a.lr.is_finite() && a.lr > 0.0 && a.lr <= 1.0) {
+        return Err(bad("--lr", format!("{}: expected a learning rate in (0, 1]", a.lr)));
+    }
+    if a.first_seed.checked_add(a.seeds as u64).is_none() {
+        return Err(bad("--first-seed", format!("{} plus --seeds {} overflows", a.first_seed, a.seeds)));
+    }
+    if a.seeds == 0 || a.epochs == 0 || a.dev_size == 0 {
+        return Err(bad("--seeds, --epochs and --dev-size", "must be at least 1".into()));
+    }
+    if a.batch == Some(0) {
+        return Err(bad("--batch", "must be at least 1".into()));
+    }
+    if a.split_fields && finetune {
+        return Err(bad("--split-fields", "takes the frozen encoder (--encoder frozen)".into()));
+    }
+    Ok(NeuralOptions {
+        encoder_dir: a.encoder_dir.clone(),
+        finetune,
+        device: a.device,
+        dev_size: a.dev_size,
+        seeds: a.seeds,
+        first_seed: a.first_seed,
+        max_tokens: a.max_tokens,
+        split_fields: a.split_fields,
+        epochs: a.epochs,
+        lambdas: a.lambdas.clone(),
+        hidden: a.hidden,
+        lr: a.lr,
+        batch: a.batch.unwrap_or(if finetune { 32 } else { jury_neural::TrainConfig::default().batch }),
+        cache_dir: a.cache_dir.clone().unwrap_or_else(jury_cache::default_root),
+        skill_init: match a.skill_init {
+            SkillStart::Uniform(p) => SkillInit::Uniform(p),
+            SkillStart::DawidSkene => SkillInit::DawidSkene(ds),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        options: AggregateOptions,
+    }
+
+    fn flags(args: &[&str]) -> AggregateOptions {
+        Flags::try_parse_from(std::iter::once("jury").chain(args.iter().copied())).unwrap().options
+    }
+
+    /// Flags and YAML fill the same struct with the same defaults.
+    #[test]
+    fn flags_and_yaml_agree() {
+        assert_eq!(flags(&[]), AggregateOptions::default());
+        let yaml: AggregateOptions = serde_yaml::from_str("{}").unwrap();
+        assert_eq!(yaml, AggregateOptions::default());
+        let f = flags(&[
+            "--methods",
+            "ds,skillagg-x",
+            "--contexts",
+            "c.csv",
+            "--hidden",
+            "256",
+            "--skill-init",
+            "ds",
+            "--split-fields",
+            "--lambdas",
+            "0.05,0.5",
+            "--device",
+            "cuda:1",
+            "--ties",
+            "no",
+        ]);
+        let y: AggregateOptions = serde_yaml::from_str(
+            "methods: [ds, skillagg-x]\ncontexts: c.csv\nhidden: 256\nskill_init: ds\nsplit_fields: true\n\
+             lambdas: [0.05, 0.5]\ndevice: cuda:1\nties: no\n",
+        )
+        .unwrap();
+        assert_eq!(f, y);
+        assert_eq!(f.methods, vec![Method::Ds, Method::SkillAggX]);
+        assert_eq!(f.device, ComputeDevice::Cuda(1));
+        assert_eq!(f.ties, Ties::Negative);
+    }
+
+    /// Configs written before the lists were lists still read.
+    #[test]
+    fn comma_separated_strings_still_read() {
+        let y: AggregateOptions =
+            serde_yaml::from_str("methods: avg, mv,ds\nlambdas: 0.01,1\nskill_init: 0.7\n").unwrap();
+        assert_eq!(y.methods, vec![Method::Avg, Method::Mv, Method::Ds]);
+        assert_eq!(y.lambdas, vec![0.01, 1.0]);
+        assert_eq!(y.skill_init, SkillStart::Uniform(0.7));
+        let round: AggregateOptions = serde_yaml::from_str(&serde_yaml::to_string(&y).unwrap()).unwrap();
+        assert_eq!(round, y);
+        let err = serde_yaml::from_str::<AggregateOptions>("methods: avg,wisdom\n").unwrap_err().to_string();
+        assert!(err.contains("wisdom"), "{err}");
+        let err = serde_yaml::from_str::<AggregateOptions>("skill_init: 0.3\n").unwrap_err().to_string();
+        assert!(err.contains("`0.3`"), "{err}");
+    }
+
+    /// Each bad setting is refused by its flag, before any file is read (the encoder
+    /// folder here does not exist).
+    #[test]
+    fn settings_refuse_bad_values_without_reading_files() {
+        let neural = AggregateOptions {
+            methods: vec![Method::Avg, Method::SkillAgg],
+            contexts: Some("c.csv".into()),
+            encoder_dir: "/nonexistent/encoder".into(),
+            ..AggregateOptions::default()
+        };
+        let s = Settings::new(&neural).unwrap();
+        assert_eq!(s.methods, vec![Method::Avg]);
+        assert_eq!(s.neural, vec![NeuralMethod::SkillAgg]);
+        let opts = s.neural_opts.unwrap();
+        assert_eq!(opts.cache_dir, jury_cache::default_root());
+        assert_eq!(opts.batch, 256);
+        for (bad, flag) in [
+            (AggregateOptions { lr: f64::NAN, ..neural.clone() }, "--lr"),
+            (AggregateOptions { lr: -1.0, ..neural.clone() }, "--lr"),
+            (AggregateOptions { lambdas: vec![], ..neural.clone() }, "--lambdas"),
+            (AggregateOptions { lambdas: vec![f64::INFINITY], ..neural.clone() }, "--lambdas"),
+            (AggregateOptions { seeds: 0, ..neural.clone() }, "--seeds"),
+            (AggregateOptions { batch: Some(0), ..neural.clone() }, "--batch"),
+            (AggregateOptions { first_seed: u64::MAX, ..neural.clone() }, "--first-seed"),
+            (
+                AggregateOptions { split_fields: true, encoder: EncoderMode::Finetune, ..neural.clone() },
+                "--split-fields",
+            ),
+            (AggregateOptions { contexts: None, ..neural.clone() }, "--contexts FILE"),
+            (AggregateOptions { ds_tol: -1.0, ..neural.clone() }, "--ds-tol"),
+            (AggregateOptions { methods: vec![], ..neural.clone() }, "--methods"),
+        ] {
+            let err = Settings::new(&bad).unwrap_err().to_string();
+            assert!(err.contains(flag), "{flag}: {err}");
+        }
+        let s =
+            Settings::new(&AggregateOptions { methods: vec![Method::Mv, Method::Mv], ..Default::default() }).unwrap();
+        assert_eq!((s.methods, s.neural_opts), (vec![Method::Mv], None));
+    }
+}

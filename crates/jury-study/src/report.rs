@@ -1,0 +1,407 @@
+//! The views of a study: metrics.json (typed [`Metrics`], serialised here and nowhere
+//! else), predictions.csv and the table printed to the terminal. Scores come from
+//! jury-metrics; this module only lays out.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use jury_aggregate::Diagnostics;
+use jury_core::{Judgments, Labels, Posteriors};
+use jury_io::{csv_field, write_atomic};
+use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
+use jury_neural::NeuralRun;
+use serde::Serialize;
+use serde::ser::SerializeMap;
+
+use crate::{Study, StudyError};
+
+const ECE_BINS: usize = 10;
+
+/// The files a study writes into an output folder.
+pub struct OutputLayout;
+
+impl OutputLayout {
+    pub const METRICS: &'static str = "metrics.json";
+    pub const PREDICTIONS: &'static str = "predictions.csv";
+    pub const FILES: [&'static str; 2] = [Self::METRICS, Self::PREDICTIONS];
+}
+
+/// Entries keyed by judge or method name, in their order (a JSON object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named<'a, T>(pub Vec<(&'a str, T)>);
+
+impl<T: Serialize> Serialize for Named<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// metrics.json.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metrics<'a> {
+    pub n_examples: usize,
+    pub n_judges: usize,
+    pub n_classes: usize,
+    pub n_labeled: Option<usize>,
+    pub judges: Named<'a, JudgeMetrics>,
+    pub methods: Named<'a, MethodMetrics<'a>>,
+    /// The context-dependent methods' seeds and each one's dev set by example id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev_sets: Option<Vec<Vec<&'a str>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JudgeMetrics {
+    pub accuracy: Option<f64>,
+    /// Share of the examples the judge judged.
+    pub coverage: f64,
+}
+
+/// A mean over seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OverSeeds {
+    pub accuracy: f64,
+    pub std: f64,
+    pub seeds: Vec<f64>,
+}
+
+impl OverSeeds {
+    fn new(seeds: Vec<f64>) -> Self {
+        let (accuracy, std) = mean_std(&seeds);
+        Self { accuracy, std, seeds }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum MethodMetrics<'a> {
+    ContextFree(ContextFreeMetrics<'a>),
+    Neural(NeuralMetrics<'a>),
+}
+
+/// A context-free method over all labeled examples.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextFreeMetrics<'a> {
+    pub accuracy: Option<f64>,
+    pub brier: Option<f64>,
+    pub ece: Option<f64>,
+    pub seconds: f64,
+    #[serde(flatten)]
+    pub diagnostics: DiagnosticMetrics<'a>,
+    /// On the context-dependent methods' test splits, for paired comparisons.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_dev: Option<OverSeeds>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum DiagnosticMetrics<'a> {
+    Counting {
+        ties: usize,
+        unjudged: usize,
+    },
+    DawidSkene {
+        iterations: usize,
+        converged: bool,
+        log_likelihood: Option<f64>,
+        class_prior: &'a [f64],
+        /// Each judge's confusion matrix, rows by true class.
+        confusion: Named<'a, Vec<Vec<f64>>>,
+        ties: usize,
+        unjudged: usize,
+    },
+}
+
+/// The dev set's choice for one seed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Chosen {
+    pub lambda: f64,
+    pub epoch: usize,
+}
+
+/// A context-dependent method over its seeds, scored outside each seed's dev set.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NeuralMetrics<'a> {
+    pub accuracy: f64,
+    pub std: f64,
+    pub seeds: Vec<f64>,
+    pub dev_accuracy: Vec<f64>,
+    pub chosen: Vec<Chosen>,
+    pub dev_size: usize,
+    pub seconds: f64,
+    pub embedding_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_accuracy: Option<OverSeeds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slopes: Option<Named<'a, f64>>,
+    /// Present with `slopes` (null when either series is constant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slope_accuracy_pcc: Option<Option<f64>>,
+    /// Brier score and ECE of the first seed's posteriors on its test split.
+    pub brier: Option<f64>,
+    pub ece: Option<f64>,
+}
+
+/// Each judge's share of the examples it judged.
+fn coverage(j: &Judgments) -> Vec<f64> {
+    let mut count = vec![0usize; j.n_judges()];
+    j.entries().for_each(|(_, k, _)| count[k] += 1);
+    count.into_iter().map(|c| c as f64 / j.n_examples() as f64).collect()
+}
+
+fn diagnostics<'a>(d: &'a Diagnostics, j: &'a Judgments) -> DiagnosticMetrics<'a> {
+    match d {
+        Diagnostics::Counting { ties, unjudged } => DiagnosticMetrics::Counting { ties: *ties, unjudged: *unjudged },
+        Diagnostics::DawidSkene(em) => DiagnosticMetrics::DawidSkene {
+            iterations: em.iterations,
+            converged: em.converged,
+            log_likelihood: em.log_likelihood.last().copied(),
+            class_prior: &em.params.class_prior,
+            confusion: Named(
+                j.judge_names()
+                    .iter()
+                    .zip(&em.params.confusion)
+                    .map(|(name, c)| (name.as_str(), (0..c.n_classes()).map(|t| c.row(t).to_vec()).collect()))
+                    .collect(),
+            ),
+            ties: em.ties,
+            unjudged: em.unjudged,
+        },
+    }
+}
+
+fn neural_metrics<'a>(r: &NeuralRun, j: &'a Judgments, first_test: Option<&Labels>) -> NeuralMetrics<'a> {
+    let accuracies = OverSeeds::new(r.accuracies());
+    NeuralMetrics {
+        accuracy: accuracies.accuracy,
+        std: accuracies.std,
+        seeds: accuracies.seeds,
+        dev_accuracy: r.seeds.iter().map(|s| s.dev_accuracy).collect(),
+        chosen: r.seeds.iter().map(|s| Chosen { lambda: s.lambda, epoch: s.epoch }).collect(),
+        dev_size: r.dev_size,
+        seconds: r.seconds,
+        embedding_seconds: r.embedding_seconds,
+        context_accuracy: r.context_accuracies().filter(|c| !c.is_empty()).map(OverSeeds::new),
+        slopes: r
+            .slopes
+            .as_ref()
+            .map(|s| Named(j.judge_names().iter().map(String::as_str).zip(s.iter().copied()).collect())),
+        slope_accuracy_pcc: r.slopes.as_ref().map(|_| r.slope_accuracy_pcc),
+        brier: first_test.and_then(|l| brier(&r.posteriors, l)),
+        ece: first_test.and_then(|l| expected_calibration_error(&r.posteriors, l, ECE_BINS)),
+    }
+}
+
+impl<'a> Study<'a> {
+    /// metrics.json's contents.
+    pub fn metrics(&self) -> Metrics<'_> {
+        let (j, labels) = (self.judgments, self.labels);
+        let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
+        let judges = j
+            .judge_names()
+            .iter()
+            .zip(judge_acc.iter().zip(coverage(j)))
+            .map(|(name, (&accuracy, coverage))| (name.as_str(), JudgeMetrics { accuracy, coverage }))
+            .collect();
+        let mut methods: Vec<(&str, MethodMetrics)> = self
+            .methods
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let a = &r.aggregation;
+                let m = ContextFreeMetrics {
+                    accuracy: labels.and_then(|l| accuracy(a.labels(), l)),
+                    brier: labels.and_then(|l| brier(a.posteriors(), l)),
+                    ece: labels.and_then(|l| expected_calibration_error(a.posteriors(), l, ECE_BINS)),
+                    seconds: r.seconds,
+                    diagnostics: diagnostics(a.diagnostics(), j),
+                    outside_dev: self.neural.as_ref().map(|n| OverSeeds::new(n.outside_dev[i].clone())),
+                };
+                (r.name, MethodMetrics::ContextFree(m))
+            })
+            .collect();
+        let (mut seeds, mut dev_sets) = (None, None);
+        if let Some(n) = &self.neural {
+            let first_test = labels.zip(n.splits.first()).map(|(l, s)| s.test_labels(l));
+            for r in &n.runs {
+                methods.push((r.method.name(), MethodMetrics::Neural(neural_metrics(r, j, first_test.as_ref()))));
+            }
+            let ids = j.example_ids();
+            seeds = Some(n.seeds.clone());
+            dev_sets = Some(n.splits.iter().map(|s| s.dev.iter().map(|&i| ids[i].as_str()).collect()).collect());
+        }
+        Metrics {
+            n_examples: j.n_examples(),
+            n_judges: j.n_judges(),
+            n_classes: j.n_classes(),
+            n_labeled: labels.map(Labels::n_labeled),
+            judges: Named(judges),
+            methods: Named(methods),
+            seeds,
+            dev_sets,
+        }
+    }
+
+    /// Every method's posteriors and hard labels, in report order.
+    fn columns(&self) -> Vec<(&str, &Posteriors, Vec<usize>)> {
+        let mut cols: Vec<(&str, &Posteriors, Vec<usize>)> = self
+            .methods
+            .iter()
+            .map(|r| (r.name, r.aggregation.posteriors(), r.aggregation.labels().to_vec()))
+            .collect();
+        for r in self.neural.iter().flat_map(|n| &n.runs) {
+            // Binary: P(positive) > 0.5; C classes: argmax, lowest class on ties.
+            cols.push((r.method.name(), &r.posteriors, r.posteriors.argmax_labels()));
+        }
+        cols
+    }
+
+    /// predictions.csv: one row per example: id, reference label (when given), then per
+    /// method the posterior (`<m>_p`, P(positive), for binary; `<m>_p0..` otherwise) and
+    /// hard label.
+    pub fn predictions_csv(&self) -> String {
+        let (j, c) = (self.judgments, self.judgments.n_classes());
+        let cols = self.columns();
+        let mut out = String::from("example_id");
+        if self.labels.is_some() {
+            out.push_str(",label");
+        }
+        for (name, _, _) in &cols {
+            if c == 2 {
+                let _ = write!(out, ",{name}_p");
+            } else {
+                (0..c).for_each(|k| {
+                    let _ = write!(out, ",{name}_p{k}");
+                });
+            }
+            let _ = write!(out, ",{name}_label");
+        }
+        out.push('\n');
+        for (n, id) in j.example_ids().iter().enumerate() {
+            out.push_str(&csv_field(id));
+            if let Some(l) = self.labels {
+                out.push(',');
+                if let Some(l) = l.get(n) {
+                    let _ = write!(out, "{l}");
+                }
+            }
+            for (_, post, hard) in &cols {
+                let row = post.row(n);
+                for p in if c == 2 { &row[1..] } else { row } {
+                    let _ = write!(out, ",{p:.6}");
+                }
+                let _ = write!(out, ",{}", hard[n]);
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The table printed to the terminal.
+    pub fn table(&self) -> String {
+        let mut s = table(self.judgments, self.labels, &self.methods);
+        if let Some(n) = &self.neural {
+            s.push_str("\ncontext-dependent methods (accuracy outside each seed's dev set)\n");
+            for r in &n.runs {
+                let (mean, std) = mean_std(&r.accuracies());
+                let context = match r.context_accuracies().filter(|c| !c.is_empty()) {
+                    Some(c) => format!("; context model alone {:.4}", mean_std(&c).0),
+                    None => String::new(),
+                };
+                let _ = writeln!(
+                    s,
+                    "{:<16}  {mean:.4} +- {std:.4} over {} seeds (dev set {} per seed{context})",
+                    r.method.name(),
+                    r.seeds.len(),
+                    n.dev_size
+                );
+            }
+            for (r, accs) in self.methods.iter().zip(&n.outside_dev) {
+                let (mean, std) = mean_std(accs);
+                let _ = writeln!(s, "{:<16}  {mean:.4} +- {std:.4} on the same test splits (context-free)", r.name);
+            }
+        }
+        s
+    }
+
+    /// Writes metrics.json and predictions.csv into `dir`, each atomically.
+    pub fn write(&self, dir: &Path) -> Result<(), StudyError> {
+        let metrics = serde_json::to_string_pretty(&self.metrics())?;
+        write_atomic(&dir.join(OutputLayout::METRICS), metrics.as_bytes())?;
+        write_atomic(&dir.join(OutputLayout::PREDICTIONS), self.predictions_csv().as_bytes())?;
+        Ok(())
+    }
+}
+
+fn fmt_opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_owned(), |x| format!("{x:.4}"))
+}
+
+/// The longest judge name the table shows whole; longer ones are cut with an ellipsis
+/// (the files keep them whole).
+const NAME_WIDTH: usize = 40;
+
+fn shown_name(name: &str) -> String {
+    if name.chars().count() <= NAME_WIDTH {
+        name.to_owned()
+    } else {
+        name.chars().take(NAME_WIDTH - 1).chain(std::iter::once('…')).collect()
+    }
+}
+
+fn table(j: &Judgments, labels: Option<&Labels>, runs: &[crate::MethodRun]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} examples, {} judges, {} classes, {} labeled",
+        j.n_examples(),
+        j.n_judges(),
+        j.n_classes(),
+        labels.map_or(0, Labels::n_labeled)
+    );
+    let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
+    let cover = coverage(j);
+    let names: Vec<String> = j.judge_names().iter().map(|n| shown_name(n)).collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(5).max(6);
+    let _ = writeln!(s, "\n{:<width$}  {:>8}  {:>8}", "judge", "accuracy", "coverage");
+    for (k, name) in names.iter().enumerate() {
+        let _ = writeln!(s, "{name:<width$}  {:>8}  {:>8.3}", fmt_opt(judge_acc[k]), cover[k]);
+    }
+    let _ = writeln!(s, "\n{:<width$}  {:>8}  {:>8}  {:>8}  notes", "method", "accuracy", "brier", "ece");
+    for r in runs {
+        let a = &r.aggregation;
+        let acc = labels.and_then(|l| accuracy(a.labels(), l));
+        let b = labels.and_then(|l| brier(a.posteriors(), l));
+        let e = labels.and_then(|l| expected_calibration_error(a.posteriors(), l, ECE_BINS));
+        let notes = match a.diagnostics() {
+            Diagnostics::Counting { ties, .. } => format!("{ties} ties"),
+            Diagnostics::DawidSkene(em) => {
+                format!("{} iterations, {}", em.iterations, if em.converged { "converged" } else { "not converged" })
+            }
+        };
+        let _ = writeln!(s, "{:<width$}  {:>8}  {:>8}  {:>8}  {notes}", r.name, fmt_opt(acc), fmt_opt(b), fmt_opt(e));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_very_long_judge_name_is_cut_in_the_table_only() {
+        let long = "j".repeat(70_000);
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e1", &long, Some(0.9)).unwrap();
+        b.push_binary("e1", "short", Some(0.2)).unwrap();
+        let t = table(&b.build(), None, &[]);
+        assert!(t.contains(&format!("{}…", "j".repeat(NAME_WIDTH - 1))), "{t}");
+        assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
+    }
+}

@@ -1,0 +1,107 @@
+//! Runs a study: every context-free method over the judgments, then the context-dependent
+//! ones with their dev sets, and the context-free methods rescored on the same test
+//! splits so the two kinds pair up. Writes nothing.
+
+use std::path::Path;
+use std::time::Instant;
+
+use jury_aggregate::{Aggregation, Aggregator, AverageProb, DawidSkene, MajorityVote};
+use jury_core::{Judgments, Labels};
+use jury_metrics::Split;
+use jury_neural::{NeuralOptions, NeuralRun, Note};
+
+use crate::{Method, Settings, StudyError};
+
+/// One context-free method's result and how long it took.
+#[derive(Debug, Clone)]
+pub struct MethodRun {
+    pub name: &'static str,
+    pub aggregation: Aggregation,
+    pub seconds: f64,
+}
+
+/// The context-dependent part of a study.
+#[derive(Debug, Clone)]
+pub struct NeuralStudy {
+    pub runs: Vec<NeuralRun>,
+    /// The seeds, in order, and each one's split of the labeled examples.
+    pub seeds: Vec<u64>,
+    pub splits: Vec<Split>,
+    pub dev_size: usize,
+    /// Each context-free method's accuracy on every seed's test split, in method order.
+    pub outside_dev: Vec<Vec<f64>>,
+}
+
+/// Every method's result over one judgments matrix.
+#[derive(Debug, Clone)]
+pub struct Study<'a> {
+    pub judgments: &'a Judgments,
+    pub labels: Option<&'a Labels>,
+    pub methods: Vec<MethodRun>,
+    pub neural: Option<NeuralStudy>,
+}
+
+impl Settings {
+    fn aggregator(&self, m: Method) -> Option<Box<dyn Aggregator>> {
+        match m {
+            Method::Avg => Some(Box::new(AverageProb { ties: self.ties })),
+            Method::Mv => Some(Box::new(MajorityVote { ties: self.ties })),
+            Method::Ds => Some(Box::new(DawidSkene::new(self.ds))),
+            _ => None,
+        }
+    }
+}
+
+/// Runs every method `settings` names on `judgments` and scores it against `labels`
+/// when given; `note` hears what the context-dependent methods say while they train.
+pub fn run<'a>(
+    judgments: &'a Judgments,
+    labels: Option<&'a Labels>,
+    settings: &Settings,
+    note: &dyn Fn(&Note),
+) -> Result<Study<'a>, StudyError> {
+    let mut methods = Vec::with_capacity(settings.methods.len());
+    for aggregator in settings.methods.iter().filter_map(|&m| settings.aggregator(m)) {
+        let start = Instant::now();
+        let aggregation = aggregator.aggregate(judgments)?;
+        if let Some(n) = aggregation.posteriors().rows().position(|r| r.iter().any(|p| !p.is_finite())) {
+            return Err(StudyError::NotANumber {
+                method: aggregator.name(),
+                example: judgments.example_ids()[n].clone(),
+            });
+        }
+        methods.push(MethodRun { name: aggregator.name(), aggregation, seconds: start.elapsed().as_secs_f64() });
+    }
+    let neural = match &settings.neural_opts {
+        None => None,
+        Some(opts) => {
+            let Some(labels) = labels else { return Err(StudyError::NeedsLabels) };
+            let mut opts = opts.clone();
+            opts.encoder_dir = jury_neural::hub::resolve(&opts.encoder_dir)
+                .map_err(|source| StudyError::Encoder { spec: opts.encoder_dir.clone(), source: Box::new(source) })?;
+            let contexts = settings.contexts.as_deref().ok_or(StudyError::NeedsContexts)?;
+            let texts = context_texts(judgments, contexts)?;
+            let runs = jury_neural::run_methods(judgments, labels, &texts, &settings.neural, &opts, note)?;
+            Some(neural_study(runs, &methods, labels, &opts))
+        }
+    };
+    Ok(Study { judgments, labels, methods, neural })
+}
+
+fn neural_study(runs: Vec<NeuralRun>, methods: &[MethodRun], labels: &Labels, opts: &NeuralOptions) -> NeuralStudy {
+    let splits = opts.splits(labels);
+    let outside_dev = methods
+        .iter()
+        .map(|r| splits.iter().map(|s| jury_metrics::accuracy_on(r.aggregation.labels(), labels, &s.test)).collect())
+        .collect();
+    NeuralStudy { runs, seeds: opts.seed_range().collect(), splits, dev_size: opts.dev_size, outside_dev }
+}
+
+/// Every example's context text, in example order.
+fn context_texts(j: &Judgments, path: &Path) -> Result<Vec<String>, StudyError> {
+    let mut texts = jury_io::read_texts(path)?;
+    j.example_ids()
+        .iter()
+        .map(|id| texts.remove(id).ok_or_else(|| StudyError::NoContext { path: path.to_owned(), example: id.clone() }))
+        .collect()
+}
