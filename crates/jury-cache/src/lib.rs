@@ -10,6 +10,11 @@
 //!   reruns never add duplicate rows;
 //! - keys are content hashes ([`key`]) of everything that changes the answer, so a changed
 //!   model file, template or prompt misses the cache instead of returning a stale value.
+//!
+//! Also the other caches' places: [`default_root`] (embeddings, fine-tuning checkpoints)
+//! and the Hugging Face hub cache ([`hub`]).
+
+pub mod hub;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};

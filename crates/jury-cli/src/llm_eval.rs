@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use jury_cache::{Cache, file_sha256};
 use jury_judge::{AnyJudge, Judge, JudgeConfig, ModelSource, Template, Verdict};
 use jury_rank::Evaluation;
@@ -75,10 +75,8 @@ impl LlmEvaluation {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let cache = Cache::open(cfg.cache)?;
-        let bar = ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} LLM judgments: {pos} ({per_sec}) {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
+        let bar = ProgressBar::new_spinner()
+            .with_style(jury_progress::style("{spinner} LLM judgments: {pos} ({per_sec}) {msg}"));
         Ok(Self {
             rt,
             judge,

@@ -55,7 +55,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     let prepared = jury_runner::prepare(&exp)?;
     let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();
     settings.check_labeled(labeled).context("`aggregate`")?;
-    let (layout, run) = prepared.judge(&MultiProgress::new())?;
+    let (layout, run) = prepared.judge(&MultiProgress::new(), &|d| eprintln!("warning: {d}; judged again"))?;
     // Contexts the run derives itself are staged with the rest; aggregation reads them there.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
     jury_runner::write_judging(&layout, &exp, &run, own_contexts)?;

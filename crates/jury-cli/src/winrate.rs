@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use jury_io::{read_comparisons, write_atomic};
 use jury_winrate::{PairEstimate, Prior, StudyOptions, study};
 
@@ -31,10 +31,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
         Prior::Ood(path) => Some(read_comparisons(path)?),
         _ => None,
     };
-    let bar = ProgressBar::no_length().with_style(
-        ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} sweeps ({per_sec}, ETA {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = ProgressBar::no_length()
+        .with_style(jury_progress::style("{msg} {bar:30} {pos}/{len} sweeps ({per_sec}, ETA {eta})"));
     let mut current = String::new();
     let mut progress = |pair: &str, done: usize, total: usize| {
         if current != pair {

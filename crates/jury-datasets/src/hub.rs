@@ -7,8 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use hf_hub::{Cache, Repo, RepoType};
-
 use crate::DatasetError;
 
 const SCHEME: &str = "hf://datasets/";
@@ -39,26 +37,23 @@ impl HubFile {
         Some(Ok(HubFile { repo: format!("{owner}/{name}"), revision, file: file.to_owned() }))
     }
 
-    fn repo(&self) -> Repo {
-        match &self.revision {
-            Some(r) => Repo::with_revision(self.repo.clone(), RepoType::Dataset, r.clone()),
-            None => Repo::new(self.repo.clone(), RepoType::Dataset),
-        }
-    }
-
     /// The file's local path: from the hub cache at `cache`, else (unless `offline`)
     /// downloaded into it.
     pub fn fetch(&self, cache: &Path, offline: bool) -> Result<PathBuf, DatasetError> {
-        let c = Cache::new(cache.to_owned());
-        if let Some(p) = c.repo(self.repo()).get(&self.file) {
-            return Ok(p);
-        }
-        let err = |reason: String| DatasetError::Hub { address: self.to_string(), cache: cache.to_owned(), reason };
-        if offline {
-            return Err(err("not in the hub cache and HF_HUB_OFFLINE is set".into()));
-        }
-        let api = hf_hub::api::sync::ApiBuilder::from_cache(c).build().map_err(|e| err(e.to_string()))?;
-        api.repo(self.repo()).get(&self.file).map_err(|e| err(e.to_string()))
+        let file = jury_cache::hub::HubFile {
+            kind: jury_cache::hub::RepoKind::Dataset,
+            id: &self.repo,
+            revision: self.revision.as_deref(),
+            file: &self.file,
+        };
+        file.fetch(cache, offline).map_err(|e| DatasetError::Hub {
+            address: self.to_string(),
+            cache: cache.to_owned(),
+            reason: match e {
+                jury_cache::hub::HubError::Offline { .. } => "not in the hub cache and HF_HUB_OFFLINE is set".into(),
+                jury_cache::hub::HubError::Download { reason, .. } => reason,
+            },
+        })
     }
 }
 
@@ -76,10 +71,7 @@ impl std::fmt::Display for HubFile {
 pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
     match HubFile::parse(path) {
         None => Ok(path.to_owned()),
-        Some(hub) => {
-            let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-            hub?.fetch(Cache::from_env().path(), offline)
-        }
+        Some(hub) => hub?.fetch(&jury_cache::hub::cache_root(), jury_cache::hub::offline()),
     }
 }
 

@@ -158,23 +158,13 @@ pub(crate) fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
     if path.is_dir() {
         return path;
     }
-    let repo = cache.join(format!("models--{}", id.replace('/', "--")));
-    let snapshot = std::fs::read_to_string(repo.join("refs/main"))
-        .ok()
-        .map(|commit| repo.join("snapshots").join(commit.trim()))
-        .filter(|dir| dir.join("config.json").is_file());
-    snapshot.unwrap_or(path)
-}
-
-/// Whether `HF_HUB_OFFLINE` forbids the hub (`1` or `true`, as huggingface_hub reads it).
-pub fn hub_offline() -> bool {
-    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+    jury_cache::hub::model_snapshot(cache, id).unwrap_or(path)
 }
 
 /// The local directory a `Pretrained` id loads from (an existing directory, or its
 /// snapshot in the hub cache named by `HF_HOME`), if there is one.
 pub fn local_model_dir(id: &str) -> Option<PathBuf> {
-    Some(resolve_model_id(id, hf_hub::Cache::from_env().path())).filter(|dir| dir.is_dir())
+    Some(resolve_model_id(id, &jury_cache::hub::cache_root())).filter(|dir| dir.is_dir())
 }
 
 fn engine_fingerprint(source: &ModelSource) -> String {
@@ -264,8 +254,8 @@ impl Judge {
                 load_gguf(path, &cfg).await.map_err(load_err)?
             }
             ModelSource::Pretrained(id) => {
-                let local = resolve_model_id(id, hf_hub::Cache::from_env().path());
-                if hub_offline() && !local.is_dir() {
+                let local = resolve_model_id(id, &jury_cache::hub::cache_root());
+                if jury_cache::hub::offline() && !local.is_dir() {
                     // mistral.rs would take it for a hub id and go online.
                     return Err(JudgeError::Load {
                         judge: cfg.name.clone(),

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hf_hub::{Cache, Repo, RepoType};
+use jury_cache::hub::{HubFile, RepoKind};
 
 use crate::NeuralError;
 
@@ -41,24 +41,11 @@ pub fn model_dir(spec: &Path, cache: &Path, offline: bool) -> Result<PathBuf, Ne
     if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) || revision == Some("") {
         return Err(err("neither a folder nor a hub model id (OWNER/NAME[@REVISION])".into()));
     }
-    let repo = match revision {
-        Some(r) => Repo::with_revision(id.to_owned(), RepoType::Model, r.to_owned()),
-        None => Repo::new(id.to_owned(), RepoType::Model),
-    };
     let hub_err = |reason: String| err(format!("hub model (cache {}): {reason}", cache.display()));
-    let c = Cache::new(cache.to_owned());
     let mut paths = Vec::new();
     for file in ENCODER_FILES {
-        let path = match c.repo(repo.clone()).get(file) {
-            Some(p) => p,
-            None if offline => return Err(hub_err(format!("{file} not in the hub cache and HF_HUB_OFFLINE is set"))),
-            None => {
-                let api =
-                    hf_hub::api::sync::ApiBuilder::from_cache(c.clone()).build().map_err(|e| hub_err(e.to_string()))?;
-                api.repo(repo.clone()).get(file).map_err(|e| hub_err(format!("{file}: {e}")))?
-            }
-        };
-        paths.push(path);
+        let hub = HubFile { kind: RepoKind::Model, id, revision, file };
+        paths.push(hub.fetch(cache, offline).map_err(|e| hub_err(e.to_string()))?);
     }
     let dir = paths[0].parent().map(Path::to_owned).ok_or_else(|| hub_err("snapshot has no folder".into()))?;
     if paths.iter().any(|p| p.parent() != Some(dir.as_path())) {
@@ -70,8 +57,7 @@ pub fn model_dir(spec: &Path, cache: &Path, offline: bool) -> Result<PathBuf, Ne
 /// [`model_dir`] with the hub cache of the environment (`HF_HOME`, default
 /// `~/.cache/huggingface`) and `HF_HUB_OFFLINE`.
 pub fn resolve(spec: &Path) -> Result<PathBuf, NeuralError> {
-    let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-    model_dir(spec, Cache::from_env().path(), offline)
+    model_dir(spec, &jury_cache::hub::cache_root(), jury_cache::hub::offline())
 }
 
 #[cfg(test)]

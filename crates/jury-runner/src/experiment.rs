@@ -249,7 +249,7 @@ impl JudgeEntry {
             return Err(format!("model file {} does not exist (run scripts/fetch-judges.sh)", path.display()));
         }
         if let Some(id) = &self.model_id
-            && jury_judge::hub_offline()
+            && jury_cache::hub::offline()
             && jury_judge::local_model_dir(id).is_none()
         {
             return Err(format!(

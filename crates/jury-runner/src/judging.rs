@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar};
 use jury_cache::{Cache, CacheError, key};
 use jury_datasets::Example;
 use jury_judge::{
@@ -109,10 +109,7 @@ pub struct JudgeResults {
 }
 
 fn style(bar: &ProgressBar, name: &str) {
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>20} {bar:30} {pos}/{len} {per_sec} ETA {eta} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    bar.set_style(jury_progress::style("{prefix:>20} {bar:30} {pos}/{len} {per_sec} ETA {eta} {msg}"));
     bar.set_prefix(name.to_owned());
 }
 

@@ -209,8 +209,13 @@ impl<A> Prepared<'_, A> {
     /// Runs every juror over the examples, all at once (server judges each on their
     /// own, in-process ones one after another), on an async runtime of its own, and
     /// collects the verdicts. The output directory is taken (locked, checked) first,
-    /// before any model loads; judgments go to its cache as they finish.
-    pub fn judge(self, bars: &MultiProgress) -> Result<(OutputLayout, JuryRun), RunError> {
+    /// before any model loads; judgments go to its cache as they finish. Each cache
+    /// record found damaged (and judged again) is handed to `dropped` before judging.
+    pub fn judge(
+        self,
+        bars: &MultiProgress,
+        dropped: &dyn Fn(&jury_cache::DroppedRecord),
+    ) -> Result<(OutputLayout, JuryRun), RunError> {
         let started = Instant::now();
         let Prepared { exp, examples, template, jurors } = self;
         let own_templates: Vec<Option<(std::path::PathBuf, String)>> = exp
@@ -223,9 +228,7 @@ impl<A> Prepared<'_, A> {
             .collect();
         let layout = OutputLayout::open(&exp.output, &exp.name, exp.overwrite)?;
         let cache = Cache::<Verdict>::open_checked(&layout.cache(), Verdict::check, exp.runtime.bad_cache_records)?;
-        for d in cache.dropped() {
-            eprintln!("warning: {d}; judged again");
-        }
+        cache.dropped().iter().for_each(dropped);
         let cache = Arc::new(Mutex::new(cache));
         let rt =
             tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().map_err(|e| {

@@ -1,0 +1,84 @@
+//! The Hugging Face hub cache, for users who have a hub: the one place that reads
+//! `HF_HOME` and `HF_HUB_OFFLINE`, finds a repository's file in the cache and, unless
+//! offline, downloads it there. Encoders, judges and data sets all come through here.
+//!
+//! Invariant: offline, nothing is fetched and no network call is made.
+
+use std::path::{Path, PathBuf};
+
+use hf_hub::{Cache, Repo, RepoType};
+
+/// Whether `HF_HUB_OFFLINE` forbids the hub (`1` or `true`, as huggingface_hub reads it).
+pub fn offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// The hub cache of the environment (`HF_HOME`, default `~/.cache/huggingface`).
+pub fn cache_root() -> PathBuf {
+    Cache::from_env().path().to_owned()
+}
+
+/// What kind of repository a hub id names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepoKind {
+    Model,
+    Dataset,
+}
+
+/// A file of a hub repository (`id` is `OWNER/NAME`; no revision: `main`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HubFile<'a> {
+    pub kind: RepoKind,
+    pub id: &'a str,
+    pub revision: Option<&'a str>,
+    pub file: &'a str,
+}
+
+/// Why a hub file is not on disk.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HubError {
+    #[error("{file} not in the hub cache and HF_HUB_OFFLINE is set")]
+    Offline { file: String },
+    #[error("{file}: {reason}")]
+    Download { file: String, reason: String },
+}
+
+impl HubFile<'_> {
+    fn repo(&self) -> Repo {
+        let kind = match self.kind {
+            RepoKind::Model => RepoType::Model,
+            RepoKind::Dataset => RepoType::Dataset,
+        };
+        match self.revision {
+            Some(r) => Repo::with_revision(self.id.to_owned(), kind, r.to_owned()),
+            None => Repo::new(self.id.to_owned(), kind),
+        }
+    }
+
+    /// The file's path in the hub cache at `cache`, downloaded into it first when it is
+    /// missing, unless `offline`.
+    pub fn fetch(&self, cache: &Path, offline: bool) -> Result<PathBuf, HubError> {
+        let c = Cache::new(cache.to_owned());
+        if let Some(p) = c.repo(self.repo()).get(self.file) {
+            return Ok(p);
+        }
+        let file = self.file.to_owned();
+        if offline {
+            return Err(HubError::Offline { file });
+        }
+        let download = |reason: String| HubError::Download { file: file.clone(), reason };
+        let api = hf_hub::api::sync::ApiBuilder::from_cache(c).build().map_err(|e| download(e.to_string()))?;
+        api.repo(self.repo()).get(self.file).map_err(|e| download(e.to_string()))
+    }
+}
+
+/// The snapshot folder of model `id` at `main` in the hub cache at `cache`, when one
+/// holding a `config.json` is there (laid out as `models--OWNER--NAME/refs/main` naming
+/// `snapshots/COMMIT/`).
+pub fn model_snapshot(cache: &Path, id: &str) -> Option<PathBuf> {
+    let repo = cache.join(format!("models--{}", id.replace('/', "--")));
+    std::fs::read_to_string(repo.join("refs/main"))
+        .ok()
+        .map(|commit| repo.join("snapshots").join(commit.trim()))
+        .filter(|dir| dir.join("config.json").is_file())
+}
