@@ -15,7 +15,10 @@ mod study;
 use std::path::PathBuf;
 
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, Settings, SkillStart, Ties};
-pub use report::{Metrics, OutputLayout};
+pub use report::{
+    Chosen, ContextFreeMetrics, DiagnosticMetrics, JudgeMetrics, MethodMetrics, Metrics, Named, NeuralMetrics,
+    OutputLayout, OverSeeds,
+};
 pub use study::{MethodRun, NeuralStudy, Study, run};
 
 /// What a study could not do.
