@@ -10,9 +10,11 @@ Output (in --out):
   judgments.csv (or .jsonl)  example_id, judge, p     with p = prob[0] = P(Yes)
   labels.csv                 example_id, label        with Yes (hallucinated) = 1
   contexts.csv (with --dialogues)  example_id, text   the context of each example for the
-                             context-dependent aggregators: "response || dialogue history"
-                             (response first, so an encoder that keeps the first tokens of
-                             a long text never loses it)
+                             context-dependent aggregators. --context-style paper (default):
+                             the SkillAggregation authors' text, "Query: {history}\nResponse:
+                             {response}\nIs there any non-factual or hallucinated information
+                             in the response?"; fields: "response || dialogue history"
+                             (jury-v1's form, for --split-fields and the tables recorded with it)
 
 Positive class = "Yes" = hallucinated, so p is the probability of the positive class.
 Standard library only.
@@ -37,6 +39,8 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--format", choices=["csv", "jsonl"], default="csv")
     ap.add_argument("--dialogues", help="HaluEval dialogue_data.json: also write contexts.csv")
+    ap.add_argument("--context-style", choices=["paper", "fields"], default="paper",
+                    help="the contexts' text: the authors' prompt-shaped text, or jury-v1's fields")
     args = ap.parse_args()
 
     files = sorted(glob.glob(os.path.join(args.input, "halueval_dialogue_*.json")))
@@ -98,7 +102,12 @@ def main() -> int:
                     continue
                 item = json.loads(line)
                 for key in ("right_response", "hallucinated_response"):
-                    w.writerow([example_id(n), f"{item[key]} || {item['dialogue_history']}"])
+                    if args.context_style == "paper":
+                        text = (f"Query: {item['dialogue_history']}\nResponse: {item[key]}\n"
+                                "Is there any non-factual or hallucinated information in the response?")
+                    else:
+                        text = f"{item[key]} || {item['dialogue_history']}"
+                    w.writerow([example_id(n), text])
                     n += 1
         if n != len(refs):
             print(f"error: {args.dialogues}: {n} examples, the judge files have {len(refs)}", file=sys.stderr)

@@ -14,6 +14,10 @@ else
   target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
   jury="$target_dir/debug/jury-e2e"
 fi
-data=out/reproduce-halueval-neural/data
+# CONTEXT_STYLE: paper (the authors' prompt-shaped text, default) or fields (jury-v1's
+# "response || history", which the tables recorded with --recipe jury-v1 used).
+style=${CONTEXT_STYLE:-paper}
+data=out/reproduce-halueval-neural/data-$style
 mkdir -p "$data"
-python3 scripts/convert-halueval-judges.py --input "$src" --out "$data" --dialogues "$dialogues" >/dev/null
+python3 scripts/convert-halueval-judges.py --input "$src" --out "$data" --dialogues "$dialogues" \
+  --context-style "$style" >/dev/null

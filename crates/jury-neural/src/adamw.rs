@@ -132,6 +132,11 @@ impl FusedAdamW {
         Ok(())
     }
 
+    /// The learning rate of the next steps (a schedule moves it).
+    pub(crate) fn set_lr(&mut self, lr: f64) {
+        self.params.lr = lr;
+    }
+
     pub(crate) fn step(&mut self, grads: &GradStore) -> Result<()> {
         self.step_t += 1;
         let p = &self.params;

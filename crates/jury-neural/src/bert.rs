@@ -134,8 +134,15 @@ impl Bert {
     }
 
     /// `ids`, `mask`: [batch, tokens] u32 (mask 1 for real tokens, 0 for padding).
-    /// Returns [batch, hidden] f32, each row of unit length.
+    /// Returns [batch, hidden] f32, each row of unit length (sentence-transformers'
+    /// normalised mean pooling).
     pub fn forward(&self, ids: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
+        crate::unit_rows(&self.pool(ids, mask, differentiable)?)
+    }
+
+    /// [`Bert::forward`] before the normalisation: the masked mean of the last layer's
+    /// token states, as the model defines its sentence vector.
+    pub fn pool(&self, ids: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let dev = ids.device();
         let positions = Tensor::arange(0u32, t as u32, dev)?.unsqueeze(0)?.broadcast_as((b, t))?.contiguous()?;
@@ -147,9 +154,7 @@ impl Bert {
             x = layer.forward(&x, &maskf, differentiable)?;
         }
         let m = maskf.unsqueeze(2)?;
-        let pooled = x.broadcast_mul(&m)?.sum(1)?.broadcast_div(&m.sum(1)?.clamp(1e-9, f64::MAX)?)?;
-        let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
-        pooled.broadcast_div(&norm)
+        x.broadcast_mul(&m)?.sum(1)?.broadcast_div(&m.sum(1)?.clamp(1e-9, f64::MAX)?)
     }
 }
 

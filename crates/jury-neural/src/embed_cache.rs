@@ -2,14 +2,14 @@
 //! encoder and setting, and a run killed while embedding resumes where it stopped.
 //!
 //! Invariants: a file's key covers the encoder weights' sha256, [`ENCODER_REVISION`],
-//! `max_tokens` and every text in order; a complete matrix is published atomically as
+//! `max_tokens`, the pooling and every text in order; a complete matrix is published atomically as
 //! `KEY.f32`, so a reader sees it whole or not at all; a file holding a non-finite
 //! value was damaged after it was written and is embedded again.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::{ComputeDevice, ENCODER_REVISION, Encoder, NeuralError, Note};
+use crate::{ComputeDevice, ENCODER_REVISION, Encoder, NeuralError, Note, Pooling};
 
 /// Texts embedded between two appends to the partial file: what a crash can lose.
 const EMBED_CHUNK: usize = 1024;
@@ -22,6 +22,7 @@ pub(crate) struct EmbedSetup<'a> {
     pub(crate) encoder_dir: &'a Path,
     pub(crate) device: ComputeDevice,
     pub(crate) max_tokens: usize,
+    pub(crate) pooling: Pooling,
     /// The folder of `KEY.f32` and `KEY.partial` files.
     pub(crate) dir: PathBuf,
 }
@@ -46,6 +47,10 @@ pub(crate) fn embed_cached(
     let model_sha = jury_cache::file_sha256(&setup.encoder_dir.join("model.safetensors"))?;
     let mt = setup.max_tokens.to_le_bytes();
     let mut parts: Vec<&[u8]> = vec![model_sha.as_bytes(), b"max_tokens", &mt, ENCODER_REVISION.as_bytes()];
+    // Unit-length rows were the only pooling once: their keys stay as they were.
+    if setup.pooling == Pooling::AsDefined {
+        parts.push(b"pooling=as-defined");
+    }
     for t in ordered {
         parts.push(t.as_bytes());
         parts.push(b"\0");
@@ -81,8 +86,9 @@ pub(crate) fn embed_cached(
         std::fs::OpenOptions::new().create(true).append(true).open(&partial).map_err(io_error("opening", &partial))?;
     for chunk in todo.chunks(EMBED_CHUNK) {
         let texts: Vec<&str> = chunk.iter().map(|&i| ordered[i]).collect();
-        let x: Vec<Vec<f32>> =
-            encoder.embed(&texts, setup.max_tokens, EMBED_BATCH, |n| progress.inc(n as u64))?.to_vec2()?;
+        let x: Vec<Vec<f32>> = encoder
+            .embed_pooled(&texts, setup.max_tokens, EMBED_BATCH, setup.pooling, |n| progress.inc(n as u64))?
+            .to_vec2()?;
         let mut record = Vec::with_capacity(chunk.len() * (4 + 4 * h));
         for (&i, row) in chunk.iter().zip(&x) {
             record.extend_from_slice(&(i as u32).to_le_bytes());

@@ -132,6 +132,12 @@ impl Gpt2 {
     /// padding; every row has at least one real token). Returns [batch, hidden] f32,
     /// each row of unit length.
     pub fn forward(&self, ids: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
+        crate::unit_rows(&self.pool(ids, mask, differentiable)?)
+    }
+
+    /// [`Gpt2::forward`] before the normalisation: the final layer norm's output at each
+    /// text's last real token (the SkillAggregation authors' context vector).
+    pub fn pool(&self, ids: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
         let t = ids.dim(1)?;
         if t > self.config.n_positions {
             bail!("gpt2: {t} tokens, the model has {} positions", self.config.n_positions);
@@ -156,9 +162,7 @@ impl Gpt2 {
                 x.get(i)?.get(n as usize - 1)
             })
             .collect::<Result<Vec<_>>>()?;
-        let last = Tensor::stack(&last, 0)?;
-        let norm = last.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
-        last.broadcast_div(&norm)
+        Tensor::stack(&last, 0)
     }
 }
 

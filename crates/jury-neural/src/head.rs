@@ -112,10 +112,11 @@ impl JudgeLogits {
     }
 }
 
-/// Mini-batch AdamW (`adamw`'s fused in-place form of candle's update) over `cfg.epochs`
-/// epochs, batches drawn from `rng` in a shuffled order; `loss(x, y, mask)` is evaluated
-/// per batch (rows of the three tensors) and `on_epoch(epoch, mean loss)` runs after
-/// each epoch.
+/// Mini-batch AdamW (`adamw`'s fused in-place form of candle's update, eps
+/// `cfg.adam_eps`, the learning rate `cfg.lr` moved per step by `cfg.schedule`) over
+/// `cfg.epochs` epochs, batches drawn from `rng` in a shuffled order; `loss(x, y, mask,
+/// rng)` is evaluated per batch (rows of the three tensors; `rng` for its dropout) and
+/// `on_epoch(epoch, mean loss)` runs after each epoch.
 #[allow(clippy::too_many_arguments, reason = "the loop's inputs, each used once")]
 pub(crate) fn fit(
     x: &Tensor,
@@ -124,19 +125,25 @@ pub(crate) fn fit(
     vars: Vec<Var>,
     cfg: &TrainConfig,
     rng: &mut ChaCha8Rng,
-    loss: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor, NeuralError>,
+    loss: impl Fn(&Tensor, &Tensor, &Tensor, &mut ChaCha8Rng) -> Result<Tensor, NeuralError>,
     mut on_epoch: impl FnMut(usize, f64) -> Result<(), NeuralError>,
 ) -> Result<(), NeuralError> {
     let dev = x.device().clone();
-    let mut opt = FusedAdamW::new(vars, ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
-    let mut order: Vec<u32> = (0..x.dim(0)? as u32).collect();
+    let params = ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, eps: cfg.adam_eps, ..Default::default() };
+    let mut opt = FusedAdamW::new(vars, params)?;
+    let n = x.dim(0)?;
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let total_steps = cfg.epochs * n.div_ceil(cfg.batch.max(1));
+    let mut step = 0;
     for epoch in 0..cfg.epochs {
         order.shuffle(rng);
         let (mut total, mut batches) = (0.0, 0usize);
         for chunk in order.chunks(cfg.batch.max(1)) {
             let idx = Tensor::from_slice(chunk, chunk.len(), &dev)?;
             let (xb, yb, mb) = (x.index_select(&idx, 0)?, y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
-            let l = loss(&xb, &yb, &mb)?;
+            let l = loss(&xb, &yb, &mb, rng)?;
+            opt.set_lr(cfg.lr * cfg.schedule.factor(step, total_steps));
+            step += 1;
             opt.step(&l.backward()?)?;
             total += l.to_scalar::<f32>()? as f64;
             batches += 1;
@@ -144,6 +151,17 @@ pub(crate) fn fit(
         on_epoch(epoch, total / batches.max(1) as f64)?;
     }
     Ok(())
+}
+
+/// `x` with each entry zeroed with probability `p` and the others scaled by 1 / (1 - p),
+/// the mask drawn from `rng` (so a seed fixes it); `x` itself when `p` is 0.
+pub(crate) fn dropout(x: &Tensor, p: f64, rng: &mut ChaCha8Rng) -> Result<Tensor, NeuralError> {
+    if p <= 0.0 {
+        return Ok(x.clone());
+    }
+    let keep = (1.0 / (1.0 - p)) as f32;
+    let mask: Vec<f32> = (0..x.elem_count()).map(|_| if rng.random::<f64>() < p { 0.0 } else { keep }).collect();
+    Ok(x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?)?)
 }
 
 /// The seeded generator a model and its batch order draw from.

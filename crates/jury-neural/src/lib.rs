@@ -20,10 +20,11 @@ pub mod gpt2;
 mod head;
 pub mod hub;
 pub mod multiclass;
+pub mod paper;
 pub mod skill;
 mod study;
 
-pub use config::{Method, TrainConfig};
+pub use config::{Method, Recipe, Schedule, TrainConfig};
 pub use study::{NeuralMethod, NeuralOptions, NeuralRun, Note, SeedRun, SkillInit, run_methods};
 
 /// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an
@@ -160,6 +161,22 @@ impl Architecture {
     }
 }
 
+/// Rows scaled to unit length (a zero row stays zero).
+pub(crate) fn unit_rows(x: &Tensor) -> candle_core::Result<Tensor> {
+    let norm = x.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+    x.broadcast_div(&norm)
+}
+
+/// How a text's token states become its context vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// As the model defines its sentence vector (BERT: masked mean; GPT-2: the last real
+    /// token's state), not normalised: the SkillAggregation authors' context vector.
+    AsDefined,
+    /// The same, scaled to unit length (sentence-transformers' MiniLM output).
+    UnitLength,
+}
+
 /// An encoder network of either architecture, frozen or trainable (by its `VarBuilder`).
 pub enum Network {
     Bert(bert::Bert),
@@ -180,6 +197,21 @@ impl Network {
         match self {
             Self::Bert(m) => m.forward(ids, mask, differentiable),
             Self::Gpt2(m) => m.forward(ids, mask, differentiable),
+        }
+    }
+
+    /// The context vectors as `pooling` defines them.
+    pub fn pooled(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        differentiable: bool,
+        pooling: Pooling,
+    ) -> candle_core::Result<Tensor> {
+        match (self, pooling) {
+            (_, Pooling::UnitLength) => self.forward(ids, mask, differentiable),
+            (Self::Bert(m), Pooling::AsDefined) => m.pool(ids, mask, differentiable),
+            (Self::Gpt2(m), Pooling::AsDefined) => m.pool(ids, mask, differentiable),
         }
     }
 }
@@ -309,6 +341,18 @@ impl Encoder {
         texts: &[&str],
         max_tokens: usize,
         batch: usize,
+        progress: impl FnMut(usize),
+    ) -> Result<Tensor, NeuralError> {
+        self.embed_pooled(texts, max_tokens, batch, Pooling::UnitLength, progress)
+    }
+
+    /// [`Encoder::embed`] with the context vectors as `pooling` defines them.
+    pub fn embed_pooled(
+        &self,
+        texts: &[&str],
+        max_tokens: usize,
+        batch: usize,
+        pooling: Pooling,
         mut progress: impl FnMut(usize),
     ) -> Result<Tensor, NeuralError> {
         let rows = self.token_rows(texts, max_tokens)?;
@@ -316,7 +360,7 @@ impl Encoder {
         let mut out = vec![0f32; rows.len() * h];
         for chunk in Self::length_batches(&rows, batch) {
             let (ids, mask) = self.pad(&rows, &chunk)?;
-            let x: Vec<Vec<f32>> = self.model.forward(&ids, &mask, false)?.to_vec2()?;
+            let x: Vec<Vec<f32>> = self.model.pooled(&ids, &mask, false, pooling)?.to_vec2()?;
             for (&i, row) in chunk.iter().zip(x) {
                 out[i * h..(i + 1) * h].copy_from_slice(&row);
             }

@@ -180,7 +180,7 @@ pub fn train(
     let mut rng = head::rng(cfg.seed);
     let model = MultiModel::new(x.dim(1)?, jury.k, jury.c, cfg, &mut rng, x.device())?;
     let (y, mask) = tensors(jury, cfg.method, x.device())?;
-    let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor| model.loss(xb, yb, mb, cfg.lambda);
+    let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor, _: &mut ChaCha8Rng| model.loss(xb, yb, mb, cfg.lambda);
     head::fit(x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }

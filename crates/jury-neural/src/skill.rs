@@ -185,7 +185,7 @@ pub fn train(
     let mut rng = head::rng(cfg.seed);
     let model = SkillModel::new(x.dim(1)?, jury.k, cfg, &mut rng, x.device())?;
     let (x, y, mask) = tensors(x, jury, cfg.method)?;
-    let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor| model.loss(xb, yb, mb, cfg.lambda);
+    let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor, _: &mut ChaCha8Rng| model.loss(xb, yb, mb, cfg.lambda);
     head::fit(&x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }

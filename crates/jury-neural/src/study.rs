@@ -19,7 +19,7 @@ use jury_metrics::Split;
 use crate::embed_cache::{EmbedSetup, embed_cached};
 use crate::finetune::{self, FinetuneConfig, Phase};
 use crate::skill::{self, JuryData};
-use crate::{ComputeDevice, ENCODER_REVISION, Method, NeuralError, TrainConfig, multiclass};
+use crate::{ComputeDevice, ENCODER_REVISION, Method, NeuralError, Recipe, TrainConfig, multiclass, paper};
 
 /// A context-dependent method as a user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +91,9 @@ pub struct NeuralOptions {
     /// Root of the caches: `embeddings/` and `finetune/` below it.
     pub cache_dir: PathBuf,
     pub skill_init: SkillInit,
+    /// Whose training recipe: the model's parameterisation, pooling, dropout, schedule
+    /// and the dev set's tie rule (the settings above are given in full).
+    pub recipe: Recipe,
 }
 
 impl NeuralOptions {
@@ -311,6 +314,7 @@ fn embeddings(texts: &[String], opts: &NeuralOptions, note: &dyn Fn(&Note)) -> R
         encoder_dir: &opts.encoder_dir,
         device: opts.device,
         max_tokens: opts.max_tokens,
+        pooling: opts.recipe.pooling(),
         dir: opts.cache_dir.join("embeddings"),
     };
     if !opts.split_fields {
@@ -340,6 +344,11 @@ fn check(j: &Judgments, labels: &Labels, texts: &[String], opts: &NeuralOptions)
     let c = j.n_classes();
     if c > 2 && opts.finetune {
         return Err(NeuralError::FinetuneClasses { classes: c });
+    }
+    if opts.finetune && opts.recipe == Recipe::Paper {
+        return Err(NeuralError::Setting(
+            "the paper recipe trains on the frozen encoder in this version; fine-tune with --recipe jury-v1".into(),
+        ));
     }
     if texts.len() != j.n_examples() {
         return Err(NeuralError::Setting(format!("{} context texts for {} examples", texts.len(), j.n_examples())));
@@ -449,7 +458,12 @@ impl<'a> Shared<'a> {
     }
 
     fn config(&self, method: NeuralMethod, seed: u64, lambda: f64) -> TrainConfig {
+        let recipe = self.opts.recipe;
         TrainConfig {
+            recipe,
+            schedule: recipe.schedule(),
+            adam_eps: recipe.adam_eps(),
+            dropout: recipe.dropout(),
             method: method.model(),
             lambda,
             epochs: self.opts.epochs,
@@ -596,6 +610,12 @@ fn posteriors(post: &[f32], c: usize) -> Result<Posteriors, NeuralError> {
     Ok(Posteriors::new(c, values)?)
 }
 
+/// Whether an epoch at dev accuracy `new` replaces the pick at `old`: when better, or
+/// with the paper recipe also when equal (the later epoch wins ties).
+fn prefer(new: f64, old: f64, recipe: Recipe) -> bool {
+    new > old || (new == old && recipe.later_epoch_on_ties())
+}
+
 /// One (method, seed, lambda) training run and the dev set that judges its epochs.
 struct Trial<'a> {
     method: NeuralMethod,
@@ -618,7 +638,7 @@ impl Trial<'_> {
         let Trial { method, seed, lambda, dev } = *self;
         let dev_accuracy = s.share_correct(&posteriors, dev);
         (s.note)(&Note::Epoch { method, seed, lambda, epoch, loss, dev_accuracy });
-        if best.as_ref().is_none_or(|b| dev_accuracy > b.dev_accuracy) {
+        if best.as_ref().is_none_or(|b| prefer(dev_accuracy, b.dev_accuracy, s.opts.recipe)) {
             let (slopes, context) = extras()?;
             *best = Some(Pick { dev_accuracy, lambda, epoch, posteriors, slopes, context });
         }
@@ -665,12 +685,17 @@ macro_rules! head {
     };
 }
 head!(skill::SkillModel);
+head!(paper::PaperModel);
 head!(multiclass::MultiModel);
 
 fn train_frozen(s: &Shared, trial: &Trial, best: &mut Option<Pick>) -> Result<(), NeuralError> {
     let cfg = s.config(trial.method, trial.seed, trial.lambda);
     let c = s.j.n_classes();
-    if c == 2 {
+    if c == 2 && s.opts.recipe == Recipe::Paper {
+        paper::train(&s.x, &s.jury(), &cfg, |epoch, loss, model| {
+            trial.consider_head(s, best, (epoch, Some(loss)), model)
+        })?;
+    } else if c == 2 {
         skill::train(&s.x, &s.jury(), &cfg, |epoch, loss, model| {
             trial.consider_head(s, best, (epoch, Some(loss)), model)
         })?;
@@ -791,6 +816,7 @@ mod tests {
             batch: 32,
             cache_dir: dir.path().join("cache"),
             skill_init: SkillInit::Uniform(0.8),
+            recipe: Recipe::JuryV1,
         };
         let key = |o: &NeuralOptions| finetune_key(&j, &texts, o).unwrap();
         let k0 = key(&base);
@@ -814,6 +840,15 @@ mod tests {
         assert_ne!(k0, finetune_key(&j, &other_texts, &base).unwrap(), "other texts");
         std::fs::write(dir.path().join("model.safetensors"), b"other weights").unwrap();
         assert_ne!(k0, key(&base), "new encoder weights");
+    }
+
+    /// The paper recipe takes the later epoch when the dev set ties; jury-v1 keeps the
+    /// earlier one.
+    #[test]
+    fn dev_ties_go_to_the_later_epoch_with_the_paper_recipe() {
+        assert!(prefer(0.8, 0.8, Recipe::Paper));
+        assert!(!prefer(0.8, 0.8, Recipe::JuryV1));
+        assert!(prefer(0.81, 0.8, Recipe::JuryV1) && !prefer(0.79, 0.8, Recipe::Paper));
     }
 
     /// The notes a log shows read as they did when the CLI printed them.

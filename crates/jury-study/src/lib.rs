@@ -14,7 +14,7 @@ mod study;
 
 use std::path::PathBuf;
 
-pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, Settings, SkillStart, Ties};
+pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
 pub use report::{
     Chosen, ContextFreeMetrics, DiagnosticMetrics, JudgeMetrics, MethodMetrics, Metrics, Named, NeuralMetrics,
     OutputLayout, OverSeeds,

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use jury_aggregate::{ClassPrior, DawidSkeneConfig, EmInit, TieBreak};
-use jury_neural::{ComputeDevice, NeuralMethod, NeuralOptions, SkillInit};
+use jury_neural::{ComputeDevice, NeuralMethod, NeuralOptions, Recipe, SkillInit};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::StudyError;
@@ -108,6 +108,32 @@ pub enum EncoderMode {
     Finetune,
 }
 
+/// Whose training recipe the context-dependent methods follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum RecipeName {
+    /// The SkillAggregation authors' code: raw linear skills at 0.7 / 0.3, -X copying
+    /// them from the detached context, Crowdlayer's identity confusion, dropout 0.1,
+    /// AdamW lr 1e-4 with a cosine schedule, batch 8, 10 epochs, unnormalised pooling,
+    /// lambdas 0.05-0.5, the later epoch on dev ties (frozen encoder).
+    #[value(name = "paper")]
+    #[serde(rename = "paper")]
+    Paper,
+    /// jury's settings before the paper recipe: sigmoid skills at 0.8, lr 1e-3, batch
+    /// 256 (32 fine-tuned), 20 epochs, unit-length pooling, lambdas 0.01-1.
+    #[value(name = "jury-v1")]
+    #[serde(rename = "jury-v1")]
+    JuryV1,
+}
+
+impl RecipeName {
+    fn recipe(self) -> Recipe {
+        match self {
+            RecipeName::Paper => Recipe::Paper,
+            RecipeName::JuryV1 => Recipe::JuryV1,
+        }
+    }
+}
+
 /// Where the judges' skills start, as written: a probability or `ds`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SkillStart {
@@ -180,6 +206,10 @@ pub struct AggregateOptions {
     /// seeds of a long fine-tuned run can go to separate machines or sessions.
     #[arg(long, default_value_t = 0)]
     pub first_seed: u64,
+    /// Training recipe of the context-dependent methods; it sets the defaults of
+    /// --epochs, --lr, --batch, --lambdas, --skill-init and --max-tokens.
+    #[arg(long, value_enum, default_value_t = RecipeName::Paper)]
+    pub recipe: RecipeName,
     /// Context encoder mode.
     #[arg(long, value_enum, default_value_t = EncoderMode::Frozen)]
     pub encoder: EncoderMode,
@@ -193,36 +223,41 @@ pub struct AggregateOptions {
     #[arg(long, default_value_t = ComputeDevice::Cpu)]
     #[serde(serialize_with = "as_text", deserialize_with = "from_text")]
     pub device: ComputeDevice,
-    /// Tokens per context kept by the encoder (all-MiniLM-L6-v2 was trained on 128).
-    #[arg(long, default_value_t = 128)]
-    pub max_tokens: usize,
+    /// Tokens per context kept by the encoder (default: 512 with the paper recipe, which
+    /// does not truncate; 128, what all-MiniLM-L6-v2 was trained on, with jury-v1).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
     /// Embed each ` || `-separated field of a context on its own (up to --max-tokens each)
     /// and concatenate the vectors in field order (frozen encoder only).
     #[arg(long)]
     pub split_fields: bool,
-    /// Training epochs of the context-dependent methods (the dev set picks the best).
-    #[arg(long, default_value_t = 20)]
-    pub epochs: usize,
-    /// Regulariser weights the dev set chooses from (skillagg, skillagg-x), comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [0.01, 0.1, 1.0])]
-    #[serde(deserialize_with = "one_or_list")]
-    pub lambdas: Vec<f64>,
+    /// Training epochs of the context-dependent methods, the dev set picking the best
+    /// (default: the recipe's, 10 paper, 20 jury-v1).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Regulariser weights the dev set chooses from (skillagg, skillagg-x), comma-separated
+    /// (default: the recipe's, 0.05,0.1,0.2,0.5 paper, 0.01,0.1,1 jury-v1).
+    #[arg(long, value_delimiter = ',')]
+    #[serde(deserialize_with = "some_list")]
+    pub lambdas: Option<Vec<f64>>,
     /// Width of a ReLU hidden layer in the context model's head (0 = linear).
     #[arg(long, default_value_t = 0)]
     pub hidden: usize,
-    /// Learning rate of the context-dependent methods' heads.
-    #[arg(long, default_value_t = 1e-3)]
-    pub lr: f64,
-    /// Examples per training step of the context-dependent methods (default 256 with the
-    /// frozen encoder, 32 when fine-tuning it).
+    /// Learning rate of the context-dependent methods' heads (default: the recipe's,
+    /// 1e-4 paper, 1e-3 jury-v1).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Examples per training step of the context-dependent methods (default: the
+    /// recipe's, 8 paper; 256 frozen and 32 fine-tuned with jury-v1).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// Starting skills of crowdlayer and the skillagg methods: a probability in (0.5, 1)
-    /// for every judge and class, or `ds`: each judge's P(b=0|c=0), P(b=1|c=1) as
-    /// estimated by Dawid-Skene (with the --ds-* settings; binary judgments).
-    #[arg(long, default_value_t = SkillStart::Uniform(0.8))]
-    #[serde(serialize_with = "as_text", deserialize_with = "from_text")]
-    pub skill_init: SkillStart,
+    /// Starting skills of the skillagg methods: a probability in (0.5, 1) for every judge
+    /// and class, or `ds`: each judge's P(b=0|c=0), P(b=1|c=1) as estimated by
+    /// Dawid-Skene (with the --ds-* settings; binary judgments). Default: the recipe's,
+    /// 0.7 paper, 0.8 jury-v1.
+    #[arg(long)]
+    #[serde(serialize_with = "opt_as_text", deserialize_with = "opt_from_text")]
+    pub skill_init: Option<SkillStart>,
     /// Root of jury's on-disk caches: DIR/embeddings (frozen-encoder embeddings) and
     /// DIR/finetune (fine-tuning checkpoints, which a long run resumes from); put it on a
     /// disk that outlives the machine for runs that span sessions. Default
@@ -245,17 +280,18 @@ impl Default for AggregateOptions {
             dev_size: 250,
             seeds: 5,
             first_seed: 0,
+            recipe: RecipeName::Paper,
             encoder: EncoderMode::Frozen,
             encoder_dir: "models/all-MiniLM-L6-v2".into(),
             device: ComputeDevice::Cpu,
-            max_tokens: 128,
+            max_tokens: None,
             split_fields: false,
-            epochs: 20,
-            lambdas: vec![0.01, 0.1, 1.0],
+            epochs: None,
+            lambdas: None,
             hidden: 0,
-            lr: 1e-3,
+            lr: None,
             batch: None,
-            skill_init: SkillStart::Uniform(0.8),
+            skill_init: None,
             cache_dir: None,
         }
     }
@@ -291,6 +327,29 @@ where
             .collect(),
         one => Ok(vec![entry(one)?]),
     }
+}
+
+/// [`one_or_list`] for an optional list (absent or null: `None`).
+fn some_list<'de, D>(d: D) -> Result<Option<Vec<f64>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    one_or_list(d).map(Some)
+}
+
+fn opt_as_text<S: Serializer, T: std::fmt::Display>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+fn opt_from_text<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: std::str::FromStr<Err = String>,
+{
+    from_text(d).map(Some)
 }
 
 fn as_text<S: Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
@@ -404,16 +463,20 @@ impl Settings {
 fn neural_options(a: &AggregateOptions, ds: DawidSkeneConfig) -> Result<NeuralOptions, StudyError> {
     let bad = |flag: &'static str, reason: String| StudyError::Option { flag, reason };
     let finetune = a.encoder == EncoderMode::Finetune;
-    if a.lambdas.is_empty() || a.lambdas.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
-        return Err(bad("--lambdas", format!("{:?}: expected finite non-negative numbers", a.lambdas)));
+    let recipe = a.recipe.recipe();
+    let lambdas = a.lambdas.clone().unwrap_or_else(|| recipe.lambdas());
+    if lambdas.is_empty() || lambdas.iter().any(|l| !(l.is_finite() && *l >= 0.0)) {
+        return Err(bad("--lambdas", format!("{lambdas:?}: expected finite non-negative numbers")));
     }
-    if !(a.lr.is_finite() && a.lr > 0.0 && a.lr <= 1.0) {
-        return Err(bad("--lr", format!("{}: expected a learning rate in (0, 1]", a.lr)));
+    let lr = a.lr.unwrap_or_else(|| recipe.lr());
+    if !(lr.is_finite() && lr > 0.0 && lr <= 1.0) {
+        return Err(bad("--lr", format!("{lr}: expected a learning rate in (0, 1]")));
     }
+    let epochs = a.epochs.unwrap_or_else(|| recipe.epochs());
     if a.first_seed.checked_add(a.seeds as u64).is_none() {
         return Err(bad("--first-seed", format!("{} plus --seeds {} overflows", a.first_seed, a.seeds)));
     }
-    if a.seeds == 0 || a.epochs == 0 || a.dev_size == 0 {
+    if a.seeds == 0 || epochs == 0 || a.dev_size == 0 {
         return Err(bad("--seeds, --epochs and --dev-size", "must be at least 1".into()));
     }
     if a.batch == Some(0) {
@@ -422,6 +485,12 @@ fn neural_options(a: &AggregateOptions, ds: DawidSkeneConfig) -> Result<NeuralOp
     if a.split_fields && finetune {
         return Err(bad("--split-fields", "takes the frozen encoder (--encoder frozen)".into()));
     }
+    if finetune && recipe == Recipe::Paper {
+        return Err(bad(
+            "--encoder finetune",
+            "takes --recipe jury-v1 in this version (the paper recipe trains on the frozen encoder)".into(),
+        ));
+    }
     Ok(NeuralOptions {
         encoder_dir: a.encoder_dir.clone(),
         finetune,
@@ -429,18 +498,23 @@ fn neural_options(a: &AggregateOptions, ds: DawidSkeneConfig) -> Result<NeuralOp
         dev_size: a.dev_size,
         seeds: a.seeds,
         first_seed: a.first_seed,
-        max_tokens: a.max_tokens,
+        max_tokens: a.max_tokens.unwrap_or(match recipe {
+            Recipe::Paper => 512,
+            Recipe::JuryV1 => 128,
+        }),
         split_fields: a.split_fields,
-        epochs: a.epochs,
-        lambdas: a.lambdas.clone(),
+        epochs,
+        lambdas,
         hidden: a.hidden,
-        lr: a.lr,
-        batch: a.batch.unwrap_or(if finetune { 32 } else { jury_neural::TrainConfig::default().batch }),
+        lr,
+        batch: a.batch.unwrap_or_else(|| recipe.batch(finetune)),
         cache_dir: a.cache_dir.clone().unwrap_or_else(jury_cache::default_root),
         skill_init: match a.skill_init {
-            SkillStart::Uniform(p) => SkillInit::Uniform(p),
-            SkillStart::DawidSkene => SkillInit::DawidSkene(ds),
+            None => SkillInit::Uniform(recipe.skill_init()),
+            Some(SkillStart::Uniform(p)) => SkillInit::Uniform(p),
+            Some(SkillStart::DawidSkene) => SkillInit::DawidSkene(ds),
         },
+        recipe,
     })
 }
 
@@ -499,8 +573,8 @@ mod tests {
         let y: AggregateOptions =
             serde_yaml::from_str("methods: avg, mv,ds\nlambdas: 0.01,1\nskill_init: 0.7\n").unwrap();
         assert_eq!(y.methods, vec![Method::Avg, Method::Mv, Method::Ds]);
-        assert_eq!(y.lambdas, vec![0.01, 1.0]);
-        assert_eq!(y.skill_init, SkillStart::Uniform(0.7));
+        assert_eq!(y.lambdas, Some(vec![0.01, 1.0]));
+        assert_eq!(y.skill_init, Some(SkillStart::Uniform(0.7)));
         let round: AggregateOptions = serde_yaml::from_str(&serde_yaml::to_string(&y).unwrap()).unwrap();
         assert_eq!(round, y);
         let err = serde_yaml::from_str::<AggregateOptions>("methods: avg,wisdom\n").unwrap_err().to_string();
@@ -524,17 +598,29 @@ mod tests {
         assert_eq!(s.neural, vec![NeuralMethod::SkillAgg]);
         let opts = s.neural_opts.unwrap();
         assert_eq!(opts.cache_dir, jury_cache::default_root());
-        assert_eq!(opts.batch, 256);
+        assert_eq!((opts.batch, opts.lr, opts.epochs, opts.max_tokens), (8, 1e-4, 10, 512));
+        assert_eq!(opts.lambdas, vec![0.05, 0.1, 0.2, 0.5]);
+        assert_eq!((opts.recipe, opts.skill_init), (Recipe::Paper, SkillInit::Uniform(0.7)));
+        let v1 = Settings::new(&AggregateOptions { recipe: RecipeName::JuryV1, ..neural.clone() }).unwrap();
+        let v1 = v1.neural_opts.unwrap();
+        assert_eq!((v1.batch, v1.lr, v1.epochs, v1.max_tokens), (256, 1e-3, 20, 128));
+        assert_eq!((v1.lambdas, v1.skill_init), (vec![0.01, 0.1, 1.0], SkillInit::Uniform(0.8)));
         for (bad, flag) in [
-            (AggregateOptions { lr: f64::NAN, ..neural.clone() }, "--lr"),
-            (AggregateOptions { lr: -1.0, ..neural.clone() }, "--lr"),
-            (AggregateOptions { lambdas: vec![], ..neural.clone() }, "--lambdas"),
-            (AggregateOptions { lambdas: vec![f64::INFINITY], ..neural.clone() }, "--lambdas"),
+            (AggregateOptions { lr: Some(f64::NAN), ..neural.clone() }, "--lr"),
+            (AggregateOptions { lr: Some(-1.0), ..neural.clone() }, "--lr"),
+            (AggregateOptions { lambdas: Some(vec![]), ..neural.clone() }, "--lambdas"),
+            (AggregateOptions { lambdas: Some(vec![f64::INFINITY]), ..neural.clone() }, "--lambdas"),
+            (AggregateOptions { encoder: EncoderMode::Finetune, ..neural.clone() }, "--recipe jury-v1"),
             (AggregateOptions { seeds: 0, ..neural.clone() }, "--seeds"),
             (AggregateOptions { batch: Some(0), ..neural.clone() }, "--batch"),
             (AggregateOptions { first_seed: u64::MAX, ..neural.clone() }, "--first-seed"),
             (
-                AggregateOptions { split_fields: true, encoder: EncoderMode::Finetune, ..neural.clone() },
+                AggregateOptions {
+                    split_fields: true,
+                    encoder: EncoderMode::Finetune,
+                    recipe: RecipeName::JuryV1,
+                    ..neural.clone()
+                },
                 "--split-fields",
             ),
             (AggregateOptions { contexts: None, ..neural.clone() }, "--contexts FILE"),
