@@ -498,7 +498,8 @@ fn fine_tuned_encoder_runs_and_a_rerun_replays_its_checkpoints() {
     let cache = dir.path().join("cache");
     let flags =
         ["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "2", "--lambdas", "0.01"];
-    let flags = [&flags[..], &["--encoder", "finetune", "--max-tokens", "16", "--batch", "8"]].concat();
+    let flags =
+        [&flags[..], &["--encoder", "finetune", "--recipe", "jury-v1", "--max-tokens", "16", "--batch", "8"]].concat();
     let run = |out: &str| aggregate_contexts(dir.path(), &cache, &flags, out);
     let first = run("out1");
     let stderr = String::from_utf8_lossy(&first.stderr);
@@ -545,7 +546,8 @@ fn fine_tuned_crowdlayer_and_skillagg_noreg_train_once() {
     context_jury(dir.path(), 40);
     let cache = dir.path().join("cache");
     let flags = ["--methods", "crowdlayer,skillagg-noreg", "--dev-size", "10", "--seeds", "1", "--epochs", "2"];
-    let flags = [&flags[..], &["--encoder", "finetune", "--max-tokens", "16", "--batch", "8"]].concat();
+    let flags =
+        [&flags[..], &["--encoder", "finetune", "--recipe", "jury-v1", "--max-tokens", "16", "--batch", "8"]].concat();
     let out = aggregate_contexts(dir.path(), &cache, &flags, "out");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -698,7 +700,7 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
             .env("HF_HUB_OFFLINE", "1")
             .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
             .args(["--methods", "mv,skillagg-x", "--dev-size", "10", "--seeds", "1", "--epochs", "1"])
-            .args(["--lambdas", "0.01", "--max-tokens", "8", "--batch", "8", "--encoder", mode])
+            .args(["--lambdas", "0.01", "--max-tokens", "8", "--batch", "8", "--encoder", mode, "--recipe", "jury-v1"])
             .args(["--encoder-dir", encoder, "--out", &p(out)])
             .args(extra)
             .output()

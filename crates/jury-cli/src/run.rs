@@ -58,7 +58,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     let (layout, run) = prepared.judge(&MultiProgress::new(), &|d| eprintln!("warning: {d}; judged again"))?;
     // Contexts the run derives itself are staged with the rest; aggregation reads them there.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
-    jury_runner::write_judging(&layout, &exp, &run, own_contexts)?;
+    jury_runner::write_judging(&layout, &exp, &run, settings.context_style().filter(|_| own_contexts))?;
     if own_contexts {
         settings.read_contexts_from(layout.contexts());
     }

@@ -5,11 +5,13 @@
 //! class 1 for the positive verdict of the task's prompt (Yes / A); parse errors name the
 //! file, line and field.
 
+mod context;
 mod hub;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use context::ContextStyle;
 pub use hub::{HubFile, resolve};
 
 /// One item to judge.

@@ -393,6 +393,14 @@ mod tests {
         let x = enc.embed(&texts, 64, 2, |_| {}).unwrap();
         let sim = x.matmul(&x.t().unwrap()).unwrap().to_vec2::<f32>().unwrap();
         assert!(sim[0][1] > sim[0][2] + 0.3, "{sim:?}");
+        // The paper recipe's context vector: the mean pooling itself, not scaled to unit
+        // length; scaled, it is sentence-transformers' embedding above.
+        let raw = enc.embed_pooled(&texts, 64, 2, Pooling::AsDefined, |_| {}).unwrap();
+        let norms: Vec<f32> = raw.sqr().unwrap().sum(1).unwrap().sqrt().unwrap().to_vec1().unwrap();
+        assert!(norms.iter().all(|n| (n - 1.0).abs() > 0.05), "{norms:?}");
+        let scaled: Vec<Vec<f32>> = unit_rows(&raw).unwrap().to_vec2().unwrap();
+        let unit: Vec<Vec<f32>> = x.to_vec2().unwrap();
+        assert!(scaled.iter().flatten().zip(unit.iter().flatten()).all(|(a, b)| (a - b).abs() < 1e-5));
         let rows = enc.token_rows(&["one two three four five six seven"], 4).unwrap();
         assert_eq!(rows[0].len(), 4);
         let (ids, mask) = enc.pad(&rows, &[0, 0]).unwrap();

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use jury_datasets::Example;
+use jury_datasets::{ContextStyle, Example};
 use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use serde::Serialize;
 
@@ -123,13 +123,13 @@ fn write(path: PathBuf, text: &str) -> Result<(), RunError> {
 }
 
 /// Stages the judging stage's files: judgments, labels, failures, per-order judgments
-/// and prompts when asked for, the examples' contexts with `write_contexts`, and the
-/// resolved config.
+/// and prompts when asked for, the examples' contexts in `contexts`' style when given,
+/// and the resolved config.
 pub fn write_judging<A: Serialize>(
     layout: &OutputLayout,
     exp: &Experiment<A>,
     run: &JuryRun,
-    write_contexts: bool,
+    contexts: Option<ContextStyle>,
 ) -> Result<(), RunError> {
     let examples = &run.examples.original;
     write(layout.judgments(), &judgments_csv(run))?;
@@ -162,8 +162,8 @@ pub fn write_judging<A: Serialize>(
         }
         write(layout.prompts(), &prompts)?;
     }
-    if write_contexts {
-        write(layout.contexts(), &contexts_csv(examples))?;
+    if let Some(style) = contexts {
+        write(layout.contexts(), &contexts_csv(examples, style))?;
     }
     let resolved = serde_yaml::to_string(exp)
         .map_err(|e| RunError::Write { path: layout.resolved_config(), reason: e.to_string() })?;
@@ -211,16 +211,11 @@ fn by_order_csv(run: &JuryRun) -> String {
     rows
 }
 
-/// Each example's context for the context-dependent methods: its template fields,
-/// shortest first (so an encoder that keeps the first tokens keeps the question and the
-/// answer whole), joined by " || ".
-fn contexts_csv(examples: &[Example]) -> String {
+/// Each example's context for the context-dependent methods, in `style`.
+fn contexts_csv(examples: &[Example], style: ContextStyle) -> String {
     let mut out = String::from("example_id,text\n");
     for e in examples {
-        let mut fields: Vec<&String> = e.fields.values().collect();
-        fields.sort_by_key(|v| v.len());
-        let text: Vec<&str> = fields.iter().map(|v| v.as_str()).collect();
-        let _ = writeln!(out, "{},{}", csv_field(&e.id), csv_field(&text.join(" || ")));
+        let _ = writeln!(out, "{},{}", csv_field(&e.id), csv_field(&style.text(e)));
     }
     out
 }
@@ -345,6 +340,13 @@ mod tests {
             ]),
             label: Some(1),
         };
-        assert_eq!(contexts_csv(&[e]), "example_id,text\n\"q,1\",Paris || What is the capital?\n");
+        assert_eq!(
+            contexts_csv(std::slice::from_ref(&e), ContextStyle::Fields),
+            "example_id,text\n\"q,1\",Paris || What is the capital?\n"
+        );
+        assert_eq!(
+            contexts_csv(&[e], ContextStyle::Paper),
+            "example_id,text\n\"q,1\",\"Query: What is the capital?\nResponse: Paris\nIs the answer truthful to the question?\"\n"
+        );
     }
 }

@@ -438,6 +438,15 @@ impl Settings {
         Ok(())
     }
 
+    /// The context text the recipe of the context-dependent methods reads, for a run
+    /// that writes its examples' contexts itself; `None` without such methods.
+    pub fn context_style(&self) -> Option<jury_datasets::ContextStyle> {
+        self.neural_opts.as_ref().map(|o| match o.recipe {
+            Recipe::Paper => jury_datasets::ContextStyle::Paper,
+            Recipe::JuryV1 => jury_datasets::ContextStyle::Fields,
+        })
+    }
+
     /// Reads the examples' contexts from `path` instead (a run's own contexts file, read
     /// from its staging folder before it is published).
     pub fn read_contexts_from(&mut self, path: PathBuf) {
