@@ -22,6 +22,8 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::adamw::FusedAdamW;
+use crate::config::Recipe;
+use crate::paper::PaperModel;
 use crate::skill::{JuryData, Method, SkillModel, TrainConfig, tensors};
 use crate::{ComputeDevice, Encoder, NeuralError};
 
@@ -82,12 +84,80 @@ impl Checkpoint {
     }
 }
 
+/// A head trained on top of the encoder: jury-v1's [`SkillModel`] or the paper
+/// recipe's [`PaperModel`].
+trait TrainHead {
+    fn vars(&self) -> Vec<Var>;
+    /// One batch's loss; `rng` draws its dropout masks.
+    fn loss(
+        &self,
+        x: &Tensor,
+        y: &Tensor,
+        mask: &Tensor,
+        lambda: f64,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Tensor, NeuralError>;
+    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError>;
+    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
+    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
+}
+
+impl TrainHead for SkillModel {
+    fn vars(&self) -> Vec<Var> {
+        SkillModel::vars(self)
+    }
+    fn loss(
+        &self,
+        x: &Tensor,
+        y: &Tensor,
+        mask: &Tensor,
+        lambda: f64,
+        _: &mut ChaCha8Rng,
+    ) -> Result<Tensor, NeuralError> {
+        SkillModel::loss(self, x, y, mask, lambda)
+    }
+    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        SkillModel::posterior(self, x, y, mask)
+    }
+    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        SkillModel::prior(self, x)
+    }
+    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        SkillModel::slopes(self, x)
+    }
+}
+
+impl TrainHead for PaperModel {
+    fn vars(&self) -> Vec<Var> {
+        PaperModel::vars(self)
+    }
+    fn loss(
+        &self,
+        x: &Tensor,
+        y: &Tensor,
+        mask: &Tensor,
+        lambda: f64,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Tensor, NeuralError> {
+        PaperModel::loss(self, x, y, mask, lambda, rng)
+    }
+    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        PaperModel::posterior(self, x, y, mask)
+    }
+    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        PaperModel::prior(self, x)
+    }
+    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
+        PaperModel::slopes(self, x)
+    }
+}
+
 /// What trains and is checkpointed: the encoder's variables, the head, and their
 /// optimisers (the encoder's over its variables in name order, so a saved state lines up
 /// with them in every process, whatever `VarMap`'s hash order).
 struct Trainee<'a> {
     varmap: &'a mut VarMap,
-    head: &'a SkillModel,
+    head: &'a dyn TrainHead,
     enc_opt: FusedAdamW,
     head_opt: FusedAdamW,
 }
@@ -215,12 +285,16 @@ pub fn train(
     let weights = encoder_dir.join("model.safetensors");
     varmap.load(&weights)?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let head = SkillModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?;
+    let head: Box<dyn TrainHead> = match cfg.recipe {
+        Recipe::Paper => Box::new(PaperModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?),
+        Recipe::JuryV1 => Box::new(SkillModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?),
+    };
+    let pooling = cfg.recipe.pooling();
     std::fs::create_dir_all(&ft.checkpoints).map_err(|e| io_err(&ft.checkpoints, e))?;
-    let params = |lr| ParamsAdamW { lr, weight_decay: 0.0, ..Default::default() };
+    let params = |lr| ParamsAdamW { lr, weight_decay: 0.0, eps: cfg.adam_eps, ..Default::default() };
     let enc_opt = FusedAdamW::new(sorted_vars(&varmap)?, params(ft.encoder_lr))?;
     let head_opt = FusedAdamW::new(head.vars(), params(cfg.lr))?;
-    let mut trainee = Trainee { varmap: &mut varmap, head: &head, enc_opt, head_opt };
+    let mut trainee = Trainee { varmap: &mut varmap, head: head.as_ref(), enc_opt, head_opt };
     let post_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-posteriors.json"));
     let slopes_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-slopes.json"));
     let prior_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-prior.json"));
@@ -257,6 +331,8 @@ pub fn train(
     // gradients, so batch composition does not matter) goes in order of length.
     let rows = frozen.token_rows(texts, ft.max_tokens)?;
     let score_batches = Encoder::length_batches(&rows, 64);
+    let per_epoch = jury.n.div_ceil(cfg.batch.max(1));
+    let total_steps = per_epoch * cfg.epochs;
     for epoch in start..cfg.epochs {
         let mut order: Vec<usize> = (0..jury.n).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64)));
@@ -270,12 +346,26 @@ pub fn train(
         }
         for (b, chunk) in batches.iter().enumerate().skip(skipped) {
             let (ids, m) = frozen.pad(&rows, chunk)?;
-            let x = net.forward(&ids, &m, true)?;
+            let x = net.pooled(&ids, &m, true, pooling)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
-            let loss = head.loss(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?, cfg.lambda)?;
+            // A batch's dropout masks depend on (seed, epoch, batch) alone, so a resumed
+            // run draws what an uninterrupted one does.
+            let mut drop_rng = ChaCha8Rng::seed_from_u64(
+                cfg.seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(epoch as u64)
+                    .wrapping_mul(1_000_033)
+                    .wrapping_add(b as u64),
+            );
+            let (yb, mb) = (y.index_select(&idx, 0)?, mask.index_select(&idx, 0)?);
+            let loss = head.loss(&x, &yb, &mb, cfg.lambda, &mut drop_rng)?;
             let grads = loss.backward()?;
             loss_sum += f64::from(loss.to_scalar::<f32>()?);
             loss_n += 1;
+            // The schedule's step is the batch's place in the whole run, so it resumes too.
+            let factor = cfg.schedule.factor(epoch * per_epoch + b, total_steps);
+            trainee.enc_opt.set_lr(ft.encoder_lr * factor);
+            trainee.head_opt.set_lr(cfg.lr * factor);
             trainee.enc_opt.step(&grads)?;
             trainee.head_opt.step(&grads)?;
             // The last batch is saved too: the scoring pass that follows takes minutes on
@@ -296,7 +386,7 @@ pub fn train(
         let mut slope_sum = vec![0f64; if with_skills { jury.k } else { 0 }];
         for chunk in &score_batches {
             let (ids, m) = frozen.pad(&rows, chunk)?;
-            let x = net.forward(&ids, &m, false)?;
+            let x = net.pooled(&ids, &m, false, pooling)?;
             let idx = Tensor::from_vec(chunk.iter().map(|&i| i as u32).collect::<Vec<_>>(), chunk.len(), &dev)?;
             let p = head.posterior(&x, &y.index_select(&idx, 0)?, &mask.index_select(&idx, 0)?)?;
             for ((&i, p), s) in chunk.iter().zip(p).zip(head.prior(&x)?) {
@@ -605,6 +695,37 @@ mod tests {
         let restarted = run_with_kill(dir.path(), &texts, &jury, &cfg, &lost, None);
         let d = max_diff(&whole[1].posteriors, &restarted[1].posteriors);
         assert!(d > 1e-5, "restarting AdamW's statistics changed nothing ({d})");
+    }
+
+    /// The paper recipe fine-tunes too (its head, one learning rate moved by the cosine
+    /// schedule, seeded dropout, unnormalised pooling), and a run killed mid-epoch
+    /// resumes to what an uninterrupted one computes: the schedule's step and the
+    /// dropout masks follow from (seed, epoch, batch), not from the process (paper.rs
+    /// pins that the -X skill layer sends no gradient into the context vector).
+    #[test]
+    fn the_paper_recipe_fine_tunes_and_resumes_exactly() {
+        let (dir, texts, y, present) = setup();
+        let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
+        let recipe = Recipe::Paper;
+        let cfg = TrainConfig {
+            recipe,
+            schedule: recipe.schedule(),
+            adam_eps: recipe.adam_eps(),
+            dropout: recipe.dropout(),
+            skill_init: recipe.skill_init(),
+            ..config(Method::SkillAggX, 2, 7)
+        };
+        let ft = |name: &str| ft_config(dir.path().join(name), 1);
+        let whole = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("whole"), None);
+        let resumed = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("resumed"), Some(6));
+        assert_eq!(whole[0], resumed[0]);
+        let d = max_diff(&whole[1].posteriors, &resumed[1].posteriors);
+        assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
+        assert!(whole[1].posteriors.iter().all(|p| p.is_finite()));
+        assert_eq!(whole[1].slopes.len(), 3);
+        // jury-v1 with the same seed trains another model.
+        let v1 = run_with_kill(dir.path(), &texts, &jury, &config(Method::SkillAggX, 2, 7), &ft("v1"), None);
+        assert!(max_diff(&whole[1].posteriors, &v1[1].posteriors) > 1e-4);
     }
 
     /// Crowdlayer and SkillAggregation without the regulariser train alike (same loss,

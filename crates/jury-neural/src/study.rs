@@ -283,17 +283,29 @@ const DENSE_LIMIT_BYTES: usize = 8 << 30;
 /// The separator of a context's fields (`jury run` and the converters write it).
 const FIELD_SEPARATOR: &str = " || ";
 
+/// The encoder's learning rate when fine-tuning: the heads' with the paper recipe (one
+/// rate for every parameter, as the authors train), [`FINETUNE_ENCODER_LR`] with jury-v1.
+fn encoder_lr(opts: &NeuralOptions) -> f64 {
+    match opts.recipe {
+        Recipe::Paper => opts.lr,
+        Recipe::JuryV1 => FINETUNE_ENCODER_LR,
+    }
+}
+
 /// Names the fine-tuning checkpoints of one data set and training setup: encoder weights
 /// and code revision, texts, judgments, and every setting that changes a trained epoch
 /// (the epoch count does not: epoch e is the same in a longer run).
 fn finetune_key(j: &Judgments, texts: &[String], opts: &NeuralOptions) -> Result<String, NeuralError> {
     let model_sha = jury_cache::file_sha256(&opts.encoder_dir.join("model.safetensors"))?;
+    // jury-v1's keys are as they were before recipes existed; the paper recipe's differ.
+    let recipe = if opts.recipe == Recipe::Paper { " recipe=paper" } else { "" };
     let setup = format!(
-        "{ENCODER_REVISION} max_tokens={} hidden={} lr={} batch={} encoder_lr={FINETUNE_ENCODER_LR}{}",
+        "{ENCODER_REVISION} max_tokens={} hidden={} lr={} batch={} encoder_lr={}{}{recipe}",
         opts.max_tokens,
         opts.hidden,
         opts.lr,
         opts.batch,
+        encoder_lr(opts),
         opts.skill_init.key_part()
     );
     let mut parts: Vec<Vec<u8>> = vec![model_sha.into_bytes(), setup.into_bytes()];
@@ -344,11 +356,6 @@ fn check(j: &Judgments, labels: &Labels, texts: &[String], opts: &NeuralOptions)
     let c = j.n_classes();
     if c > 2 && opts.finetune {
         return Err(NeuralError::FinetuneClasses { classes: c });
-    }
-    if opts.finetune && opts.recipe == Recipe::Paper {
-        return Err(NeuralError::Setting(
-            "the paper recipe trains on the frozen encoder in this version; fine-tune with --recipe jury-v1".into(),
-        ));
     }
     if texts.len() != j.n_examples() {
         return Err(NeuralError::Setting(format!("{} context texts for {} examples", texts.len(), j.n_examples())));
@@ -719,17 +726,17 @@ fn train_finetuned(
     best: &mut Option<Pick>,
 ) -> Result<(), NeuralError> {
     let Trial { method, seed, lambda, .. } = *trial;
-    // Crowdlayer trains as SkillAggregation without the regulariser does (same loss,
-    // start and batches) and reads the context model alone, so the two share one run's
-    // checkpoints: the second replays them.
-    let (train_as, read_prior) = match method {
-        NeuralMethod::Crowdlayer => (NeuralMethod::SkillAggNoReg, true),
+    // jury-v1's Crowdlayer trains as SkillAggregation without the regulariser does (same
+    // loss, start and batches) and reads the context model alone, so the two share one
+    // run's checkpoints: the second replays them. The paper's Crowdlayer is its own model.
+    let (train_as, read_prior) = match (method, s.opts.recipe) {
+        (NeuralMethod::Crowdlayer, Recipe::JuryV1) => (NeuralMethod::SkillAggNoReg, true),
         _ => (method, false),
     };
     let cfg = s.config(train_as, seed, lambda);
     let refs: Vec<&str> = s.texts.iter().map(String::as_str).collect();
     let ft = FinetuneConfig {
-        encoder_lr: FINETUNE_ENCODER_LR,
+        encoder_lr: encoder_lr(s.opts),
         save_every: FINETUNE_SAVE_EVERY,
         max_tokens: s.opts.max_tokens,
         checkpoints: dir.join(format!("{}-seed{seed}-lambda{lambda}", train_as.name())),
@@ -833,6 +840,7 @@ mod tests {
             NeuralOptions { max_tokens: 64, ..base.clone() },
             NeuralOptions { skill_init: SkillInit::Uniform(0.7), ..base.clone() },
             NeuralOptions { skill_init: SkillInit::DawidSkene(DawidSkeneConfig::default()), ..base.clone() },
+            NeuralOptions { recipe: Recipe::Paper, ..base.clone() },
         ] {
             assert_ne!(k0, key(&changed));
         }

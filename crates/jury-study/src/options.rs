@@ -494,12 +494,6 @@ fn neural_options(a: &AggregateOptions, ds: DawidSkeneConfig) -> Result<NeuralOp
     if a.split_fields && finetune {
         return Err(bad("--split-fields", "takes the frozen encoder (--encoder frozen)".into()));
     }
-    if finetune && recipe == Recipe::Paper {
-        return Err(bad(
-            "--encoder finetune",
-            "takes --recipe jury-v1 in this version (the paper recipe trains on the frozen encoder)".into(),
-        ));
-    }
     Ok(NeuralOptions {
         encoder_dir: a.encoder_dir.clone(),
         finetune,
@@ -619,7 +613,6 @@ mod tests {
             (AggregateOptions { lr: Some(-1.0), ..neural.clone() }, "--lr"),
             (AggregateOptions { lambdas: Some(vec![]), ..neural.clone() }, "--lambdas"),
             (AggregateOptions { lambdas: Some(vec![f64::INFINITY]), ..neural.clone() }, "--lambdas"),
-            (AggregateOptions { encoder: EncoderMode::Finetune, ..neural.clone() }, "--recipe jury-v1"),
             (AggregateOptions { seeds: 0, ..neural.clone() }, "--seeds"),
             (AggregateOptions { batch: Some(0), ..neural.clone() }, "--batch"),
             (AggregateOptions { first_seed: u64::MAX, ..neural.clone() }, "--first-seed"),
