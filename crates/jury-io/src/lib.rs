@@ -9,11 +9,13 @@
 mod csv;
 mod output;
 mod pairwise;
+mod predictions;
 mod table;
 mod write;
 
 pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
+pub use predictions::{MethodPredictions, Predictions, read_predictions};
 pub use table::{read_judgments, read_labels, read_texts};
 pub use write::{csv_field, write_atomic};
 

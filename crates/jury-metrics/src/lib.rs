@@ -3,9 +3,11 @@
 //! Every metric is computed over the examples that have a label and returns `None` when
 //! there are none, so an unlabeled run can never report a made-up score.
 
+mod agreement;
 mod protocol;
 mod ranking;
 
+pub use agreement::{ReliabilityBin, cohen_kappa, reliability_bins, wilson_interval};
 pub use protocol::{Split, accuracy_on, labeled};
 pub use ranking::{average_precision_at_k, rank_biased_overlap, spearman};
 

@@ -1,0 +1,123 @@
+//! Reads back a study's predictions.csv (jury-study writes it): per method, each
+//! example's posterior and hard label, for views that need more than metrics.json
+//! (a reliability diagram, the hardest examples).
+
+use std::path::Path;
+
+use jury_core::Posteriors;
+
+use crate::IoError;
+use crate::csv::{Record, header_names, scan};
+
+/// One method's columns of predictions.csv.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MethodPredictions {
+    pub method: String,
+    pub posteriors: Posteriors,
+    /// Hard label per example (the method's tie rule applied).
+    pub labels: Vec<usize>,
+}
+
+/// predictions.csv: example ids in file order and every method's columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predictions {
+    pub example_ids: Vec<String>,
+    pub methods: Vec<MethodPredictions>,
+}
+
+/// One method's column indices: its posterior columns (`M_p` for binary, `M_p0..` for
+/// C classes) and its `M_label`.
+struct Columns {
+    method: String,
+    probs: Vec<usize>,
+    label: usize,
+}
+
+/// Groups the header's columns by method: every `M_label` column closes method `M`,
+/// whose posterior columns precede it.
+fn columns(names: &[String]) -> Vec<Columns> {
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(method) = name.strip_suffix("_label") else { continue };
+        let binary = format!("{method}_p");
+        let probs: Vec<usize> = match names.iter().position(|n| *n == binary) {
+            Some(p) => vec![p],
+            None => (0..).map_while(|c| names.iter().position(|n| *n == format!("{method}_p{c}"))).collect(),
+        };
+        out.push(Columns { method: method.to_owned(), probs, label: i });
+    }
+    out
+}
+
+/// Reads predictions.csv as jury-study writes it.
+pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
+    let text = std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
+    let field = |row: usize, column: &str, reason: String| IoError::Field {
+        path: path.to_owned(),
+        row: format!("line {row}"),
+        column: column.to_owned(),
+        reason,
+    };
+    let (mut names, mut cols) = (Vec::new(), Vec::new());
+    let mut ids = Vec::new();
+    let mut values: Vec<(Vec<f64>, Vec<usize>)> = Vec::new();
+    scan(&text, malformed, |r: &Record<'_>| {
+        if names.is_empty() {
+            names = header_names(r).map_err(malformed)?;
+            cols = columns(&names);
+            values = cols.iter().map(|_| (Vec::new(), Vec::new())).collect();
+            return Ok(());
+        }
+        ids.push(r.get(0).unwrap_or_default().to_owned());
+        for (c, (probs, labels)) in cols.iter().zip(values.iter_mut()) {
+            let binary = c.probs.len() == 1;
+            for &i in &c.probs {
+                let p: f64 = r.get(i).unwrap_or_default().parse().map_err(|e| field(r.line, &names[i], format!("{e}")))?;
+                if binary {
+                    probs.extend([1.0 - p, p]);
+                } else {
+                    probs.push(p);
+                }
+            }
+            let l = r.get(c.label).unwrap_or_default();
+            labels.push(l.parse().map_err(|e| field(r.line, &names[c.label], format!("`{l}`: {e}")))?);
+        }
+        Ok(())
+    })?;
+    let methods = cols
+        .into_iter()
+        .zip(values)
+        .map(|(c, (probs, labels))| {
+            let classes = if c.probs.len() == 1 { 2 } else { c.probs.len() };
+            let posteriors = Posteriors::new(classes, probs).map_err(|source| IoError::Entry {
+                path: path.to_owned(),
+                row: format!("column {}", c.method),
+                source,
+            })?;
+            Ok(MethodPredictions { method: c.method, posteriors, labels })
+        })
+        .collect::<Result<_, IoError>>()?;
+    Ok(Predictions { example_ids: ids, methods })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_and_multiclass_columns_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("predictions.csv");
+        std::fs::write(&path, "example_id,label,avg_p,avg_label,ds_p0,ds_p1,ds_p2,ds_label\na,1,0.700000,1,0.2,0.5,0.3,1\n\"b,c\",,0.5,0,1,0,0,0\n").unwrap();
+        let p = read_predictions(&path).unwrap();
+        assert_eq!(p.example_ids, vec!["a", "b,c"]);
+        assert_eq!(p.methods.len(), 2);
+        assert_eq!((p.methods[0].method.as_str(), p.methods[0].posteriors.row(0)), ("avg", &[0.30000000000000004, 0.7][..]));
+        assert_eq!(p.methods[1].posteriors.n_classes(), 3);
+        assert_eq!(p.methods[1].labels, vec![1, 0]);
+        std::fs::write(&path, "example_id,avg_p,avg_label\na,x,1\n").unwrap();
+        let err = read_predictions(&path).unwrap_err().to_string();
+        assert!(err.contains("line 2") && err.contains("avg_p"), "{err}");
+    }
+}

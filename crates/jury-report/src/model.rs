@@ -1,0 +1,378 @@
+//! What the page shows, computed from a run's files and inputs: typed rows and charts
+//! the template lays out. Numbers shown for methods and judges are metrics.json's.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::Path;
+
+use jury_core::{Judgments, Labels};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::{Inputs, ReportError, plots};
+
+/// Entries of a JSON object in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ordered<T>(pub(crate) Vec<(String, T)>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Ordered<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Ordered<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = m.next_entry()? {
+                    v.push(e);
+                }
+                Ok(Ordered(v))
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+/// The parts of metrics.json the page reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct MetricsFile {
+    pub(crate) n_examples: usize,
+    pub(crate) n_judges: usize,
+    pub(crate) n_classes: usize,
+    pub(crate) n_labeled: Option<usize>,
+    pub(crate) judges: Ordered<JudgeEntry>,
+    pub(crate) methods: Ordered<MethodEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct JudgeEntry {
+    pub(crate) accuracy: Option<f64>,
+    pub(crate) coverage: f64,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct MethodEntry {
+    pub(crate) accuracy: Option<f64>,
+    #[serde(default)]
+    pub(crate) std: Option<f64>,
+    #[serde(default)]
+    pub(crate) brier: Option<f64>,
+    #[serde(default)]
+    pub(crate) ece: Option<f64>,
+    #[serde(default)]
+    pub(crate) iterations: Option<usize>,
+    #[serde(default)]
+    pub(crate) converged: Option<bool>,
+    #[serde(default)]
+    pub(crate) ties: Option<usize>,
+    #[serde(default)]
+    pub(crate) confusion: Option<Ordered<Vec<Vec<f64>>>>,
+    #[serde(default)]
+    pub(crate) slopes: Option<Ordered<f64>>,
+    #[serde(default)]
+    pub(crate) slope_accuracy_pcc: Option<f64>,
+    /// Per-seed accuracies (context-dependent methods only).
+    #[serde(default)]
+    pub(crate) seeds: Option<Vec<f64>>,
+}
+
+/// The parts of a `jury run`'s manifest.json the header shows.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ManifestFile {
+    #[serde(default)]
+    pub(crate) experiment: Option<String>,
+    #[serde(default)]
+    pub(crate) total_seconds: Option<f64>,
+    #[serde(default)]
+    pub(crate) dataset: Option<DatasetEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct DatasetEntry {
+    pub(crate) name: String,
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
+}
+
+/// The page's data.
+#[derive(Debug, Serialize)]
+pub(crate) struct Page {
+    pub(crate) title: String,
+    pub(crate) facts: Vec<(String, String)>,
+    pub(crate) judges: Vec<JudgeRow>,
+    pub(crate) methods: Vec<MethodRow>,
+    pub(crate) accuracy_svg: Option<String>,
+    pub(crate) kappa_svg: Option<String>,
+    pub(crate) calibration: Vec<Calibration>,
+    pub(crate) confusion: Vec<ConfusionRow>,
+    pub(crate) slopes: Vec<SlopePlot>,
+    pub(crate) hardest: Vec<Hard>,
+    pub(crate) all_wrong: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct JudgeRow {
+    pub(crate) name: String,
+    pub(crate) accuracy: Option<String>,
+    pub(crate) interval: Option<String>,
+    pub(crate) coverage: String,
+    pub(crate) mean_positive: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct MethodRow {
+    pub(crate) name: String,
+    pub(crate) accuracy: Option<String>,
+    pub(crate) brier: Option<String>,
+    pub(crate) ece: Option<String>,
+    pub(crate) notes: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Calibration {
+    pub(crate) method: String,
+    pub(crate) svg: String,
+    pub(crate) ece: Option<String>,
+    pub(crate) brier: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ConfusionRow {
+    pub(crate) judge: String,
+    pub(crate) cells: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct SlopePlot {
+    pub(crate) method: String,
+    pub(crate) svg: String,
+    pub(crate) pcc: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Hard {
+    pub(crate) id: String,
+    pub(crate) label: usize,
+    pub(crate) text: Option<String>,
+}
+
+/// How many of the hardest examples the page lists.
+const HARDEST: usize = 10;
+
+fn f4(x: f64) -> String {
+    format!("{x:.4}")
+}
+
+/// Builds the page of the run whose files are in `inputs.out_dir`.
+pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
+    let dir = inputs.out_dir;
+    let metrics: MetricsFile = read_json(&dir.join("metrics.json"))?;
+    let manifest: ManifestFile =
+        if dir.join("manifest.json").is_file() { read_json(&dir.join("manifest.json"))? } else { ManifestFile::default() };
+    let predictions = jury_io::read_predictions(&dir.join("predictions.csv"))?;
+    let (j, labels) = (inputs.judgments, inputs.labels);
+    if j.n_examples() != metrics.n_examples || j.n_judges() != metrics.n_judges {
+        return Err(ReportError::Mismatch(format!(
+            "metrics.json has {} examples x {} judges, the judgments {} x {}",
+            metrics.n_examples,
+            metrics.n_judges,
+            j.n_examples(),
+            j.n_judges()
+        )));
+    }
+    let title = manifest.experiment.clone().unwrap_or_else(|| "jury aggregation".to_owned());
+    let mut facts = vec![
+        ("examples".to_owned(), metrics.n_examples.to_string()),
+        ("judges".to_owned(), metrics.n_judges.to_string()),
+        ("classes".to_owned(), metrics.n_classes.to_string()),
+        ("labeled".to_owned(), metrics.n_labeled.map_or("none".to_owned(), |n| n.to_string())),
+        ("methods".to_owned(), metrics.methods.0.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>().join(", ")),
+        ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+    ];
+    if let Some(d) = &manifest.dataset {
+        facts.insert(0, ("data set".to_owned(), d.name.clone()));
+    }
+    if let Some(s) = manifest.total_seconds {
+        facts.push(("total time".to_owned(), format!("{s:.0} s")));
+    }
+    let judges = judge_rows(j, labels, &metrics)?;
+    let methods = method_rows(&metrics);
+    let accuracy_svg = accuracy_chart(j, labels, &metrics)?;
+    let kappa_svg = if j.n_judges() >= 2 { Some(kappa_chart(j)?) } else { None };
+    let mut calibration = Vec::new();
+    if let Some(l) = labels {
+        for p in &predictions.methods {
+            let bins = jury_metrics::reliability_bins(&p.posteriors, l, 10);
+            let points: Vec<(f64, f64, usize)> = bins.iter().map(|b| (b.confidence, b.accuracy, b.count)).collect();
+            let entry = metrics.methods.0.iter().find(|(m, _)| *m == p.method).map(|(_, e)| e);
+            calibration.push(Calibration {
+                method: p.method.clone(),
+                svg: plots::reliability(&points, 1.0 / j.n_classes() as f64)?,
+                ece: entry.and_then(|e| e.ece).map(f4),
+                brier: entry.and_then(|e| e.brier).map(f4),
+            });
+        }
+    }
+    let confusion = confusion_rows(&metrics);
+    let slopes = slope_plots(&metrics)?;
+    let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
+    Ok(Page { title, facts, judges, methods, accuracy_svg, kappa_svg, calibration, confusion, slopes, hardest, all_wrong })
+}
+
+/// Each judge's hits and labeled count (hard vote against the label).
+fn judge_hits(j: &Judgments, labels: &Labels) -> Vec<(usize, usize)> {
+    let mut out = vec![(0usize, 0usize); j.n_judges()];
+    for (n, k, p) in j.entries() {
+        if let Some(l) = labels.get(n) {
+            out[k].0 += usize::from(jury_core::argmax(p) == l);
+            out[k].1 += 1;
+        }
+    }
+    out
+}
+
+const Z95: f64 = 1.959963984540054;
+
+fn judge_rows(j: &Judgments, labels: Option<&Labels>, metrics: &MetricsFile) -> Result<Vec<JudgeRow>, ReportError> {
+    let hits = labels.map(|l| judge_hits(j, l));
+    let mut positive = vec![(0.0f64, 0usize); j.n_judges()];
+    for (_, k, p) in j.entries() {
+        positive[k].0 += p[p.len() - 1];
+        positive[k].1 += 1;
+    }
+    j.judge_names()
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let entry = metrics.judges.0.iter().find(|(n, _)| n == name).map(|(_, e)| e).ok_or_else(|| {
+                ReportError::Mismatch(format!("judge `{name}` is not in metrics.json"))
+            })?;
+            let interval = hits.as_ref().and_then(|h| jury_metrics::wilson_interval(h[k].0, h[k].1, Z95));
+            Ok(JudgeRow {
+                name: name.clone(),
+                accuracy: entry.accuracy.map(f4),
+                interval: interval.map(|(lo, hi)| format!("{lo:.3} - {hi:.3}")),
+                coverage: format!("{:.3}", entry.coverage),
+                mean_positive: format!("{:.3}", positive[k].0 / positive[k].1.max(1) as f64),
+            })
+        })
+        .collect()
+}
+
+fn method_rows(metrics: &MetricsFile) -> Vec<MethodRow> {
+    metrics
+        .methods
+        .0
+        .iter()
+        .map(|(name, m)| {
+            let notes = match (m.iterations, m.converged, m.ties, &m.seeds) {
+                (_, _, _, Some(seeds)) => {
+                    format!("{} seeds, +- {:.4}, outside each seed's dev set", seeds.len(), m.std.unwrap_or(0.0))
+                }
+                (Some(i), Some(c), _, _) => format!("{i} iterations, {}", if c { "converged" } else { "not converged" }),
+                (_, _, Some(t), _) => format!("{t} ties"),
+                _ => String::new(),
+            };
+            MethodRow { name: name.clone(), accuracy: m.accuracy.map(f4), brier: m.brier.map(f4), ece: m.ece.map(f4), notes }
+        })
+        .collect()
+}
+
+fn accuracy_chart(j: &Judgments, labels: Option<&Labels>, metrics: &MetricsFile) -> Result<Option<String>, ReportError> {
+    let Some(l) = labels else { return Ok(None) };
+    let hits = judge_hits(j, l);
+    let mut bars: Vec<plots::Bar> = Vec::new();
+    for (k, name) in j.judge_names().iter().enumerate() {
+        let Some(acc) = metrics.judges.0.iter().find(|(n, _)| n == name).and_then(|(_, e)| e.accuracy) else { continue };
+        bars.push(plots::Bar {
+            label: name,
+            value: acc,
+            interval: jury_metrics::wilson_interval(hits[k].0, hits[k].1, Z95),
+            method: false,
+        });
+    }
+    let n_labeled = l.n_labeled();
+    for (name, m) in &metrics.methods.0 {
+        let Some(acc) = m.accuracy else { continue };
+        // Context-free methods score every labeled example; a context-dependent one
+        // reports a mean over seeds with its spread.
+        let interval = match (m.seeds.as_ref(), m.std) {
+            (Some(_), Some(s)) => Some(((acc - 2.0 * s).max(0.0), (acc + 2.0 * s).min(1.0))),
+            _ => jury_metrics::wilson_interval((acc * n_labeled as f64).round() as usize, n_labeled, Z95),
+        };
+        bars.push(plots::Bar { label: name, value: acc, interval, method: true });
+    }
+    if bars.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(plots::accuracy_bars(&bars)?))
+}
+
+fn kappa_chart(j: &Judgments) -> Result<String, ReportError> {
+    let votes: Vec<Vec<Option<usize>>> =
+        (0..j.n_judges()).map(|k| (0..j.n_examples()).map(|n| j.vote(n, k)).collect()).collect();
+    let kappa: Vec<Vec<Option<f64>>> = (0..j.n_judges())
+        .map(|a| (0..j.n_judges()).map(|b| jury_metrics::cohen_kappa(&votes[a], &votes[b], j.n_classes())).collect())
+        .collect();
+    plots::kappa_heatmap(j.judge_names(), &kappa)
+}
+
+fn confusion_rows(metrics: &MetricsFile) -> Vec<ConfusionRow> {
+    let Some((_, ds)) = metrics.methods.0.iter().find(|(_, m)| m.confusion.is_some()) else { return Vec::new() };
+    let Some(confusion) = &ds.confusion else { return Vec::new() };
+    confusion
+        .0
+        .iter()
+        .map(|(judge, rows)| ConfusionRow {
+            judge: judge.clone(),
+            cells: rows.iter().enumerate().map(|(t, r)| f4(r.get(t).copied().unwrap_or(f64::NAN))).collect(),
+        })
+        .collect()
+}
+
+fn slope_plots(metrics: &MetricsFile) -> Result<Vec<SlopePlot>, ReportError> {
+    let mut out = Vec::new();
+    for (name, m) in &metrics.methods.0 {
+        let Some(slopes) = &m.slopes else { continue };
+        let points: Vec<(f64, f64)> = slopes
+            .0
+            .iter()
+            .filter_map(|(judge, s)| {
+                metrics.judges.0.iter().find(|(n, _)| n == judge).and_then(|(_, e)| e.accuracy).map(|a| (a, *s))
+            })
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        out.push(SlopePlot { method: name.clone(), svg: plots::slopes(&points)?, pcc: m.slope_accuracy_pcc.map(|r| format!("{r:.3}")) });
+    }
+    Ok(out)
+}
+
+/// The labeled examples every judge that voted got wrong (at least one vote), first
+/// `HARDEST` in example order with their context text, and how many there are.
+fn hardest(j: &Judgments, labels: Option<&Labels>, contexts: Option<&HashMap<String, String>>) -> (Vec<Hard>, usize) {
+    let Some(l) = labels else { return (Vec::new(), 0) };
+    let mut out = Vec::new();
+    let mut count = 0;
+    for n in 0..j.n_examples() {
+        let Some(label) = l.get(n) else { continue };
+        let mut votes = j.row(n).map(|(_, p)| jury_core::argmax(p)).peekable();
+        if votes.peek().is_none() || !votes.all(|v| v != label) {
+            continue;
+        }
+        count += 1;
+        if out.len() < HARDEST {
+            let id = j.example_ids()[n].clone();
+            let text = contexts.and_then(|c| c.get(&id)).cloned();
+            out.push(Hard { id, label, text });
+        }
+    }
+    (out, count)
+}
