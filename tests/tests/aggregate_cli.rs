@@ -738,3 +738,72 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("team/absent") && stderr.contains("HF_HUB_OFFLINE"), "{stderr}");
 }
+
+/// `aggregate` writes report.html beside its results: a HaluEval-shaped simulated jury
+/// (ten judges, labels), every section present, numbers equal to metrics.json's, example
+/// texts escaped; `jury report` writes the same page again from the folder's files.
+#[test]
+fn aggregate_writes_a_report_and_jury_report_rewrites_it() {
+    use std::fmt::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim");
+    assert!(jury(&["simulate", "--examples", "2000", "--seed", "4", "--out", path_str(&sim)]).status.success());
+    let labels = fs::read_to_string(sim.join("labels.csv")).unwrap();
+    let mut contexts = String::from("example_id,text\n");
+    for line in labels.lines().skip(1) {
+        let id = line.split(',').next().unwrap();
+        let _ = writeln!(contexts, "{id},\"<script>alert(1)</script> & the text of {id}\"");
+    }
+    fs::write(dir.path().join("contexts.csv"), contexts).unwrap();
+    let out = dir.path().join("out");
+    let run = jury(&[
+        "aggregate",
+        "--judgments",
+        path_str(&sim.join("judgments.csv")),
+        "--labels",
+        path_str(&sim.join("labels.csv")),
+        "--out",
+        path_str(&out),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let html = fs::read_to_string(out.join("report.html")).unwrap();
+    let m: Value = serde_json::from_str(&fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    for section in ["judges", "methods", "agreement", "calibration", "skills"] {
+        assert!(html.contains(&format!("<section id=\"{section}\"")), "{section}");
+    }
+    for method in ["avg", "mv", "ds"] {
+        let acc = m["methods"][method]["accuracy"].as_f64().unwrap();
+        assert!(html.contains(&format!("<td>{method}</td><td>{acc:.4}</td>")), "{method}");
+    }
+    for (judge, entry) in m["judges"].as_object().unwrap() {
+        let acc = entry["accuracy"].as_f64().unwrap();
+        assert!(html.contains(&format!("<td>{judge}</td><td>{acc:.4}</td>")), "{judge}");
+    }
+    // With the texts given, the hardest examples show them as text.
+    let again = jury(&[
+        "report",
+        path_str(&out),
+        "--judgments",
+        path_str(&sim.join("judgments.csv")),
+        "--labels",
+        path_str(&sim.join("labels.csv")),
+        "--contexts",
+        path_str(&dir.path().join("contexts.csv")),
+    ]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let with_texts = fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(!with_texts.contains("<script>"), "a text became markup");
+    if with_texts.contains("<section id=\"hardest\"") {
+        assert!(with_texts.contains("&lt;script&gt;alert(1)&lt;"));
+    }
+    let without = jury(&[
+        "report",
+        path_str(&out),
+        "--judgments",
+        path_str(&sim.join("judgments.csv")),
+        "--labels",
+        path_str(&sim.join("labels.csv")),
+    ]);
+    assert!(without.status.success());
+    assert_eq!(fs::read_to_string(out.join("report.html")).unwrap(), html, "the same inputs, the same page");
+}

@@ -189,6 +189,17 @@ fn run_config_with_skillagg_writes_contexts_and_aggregates() {
     let acc = m["methods"]["skillagg"]["accuracy"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&acc), "{}", m["methods"]["skillagg"]);
     assert!(fs::read_to_string(out.join("config.resolved.yaml")).unwrap().contains("contexts.csv"));
+    // The run's report: its header from the manifest, every method's metrics.json
+    // accuracy, the statements (the run's own contexts) beside the hardest examples.
+    let html = fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<h1>ctx</h1>") && html.contains("<td>data set</td><td>demo-facts</td>"), "{html}");
+    for method in ["avg", "skillagg"] {
+        let acc = m["methods"][method]["accuracy"].as_f64().unwrap();
+        assert!(html.contains(&format!("<td>{method}</td><td>{acc:.4}</td>")), "{method} {acc}");
+    }
+    for section in ["judges", "methods", "calibration"] {
+        assert!(html.contains(&format!("<section id=\"{section}\"")), "{section}");
+    }
 }
 
 /// The path GPU users take (`model_id`, a Hugging Face model directory through the hub

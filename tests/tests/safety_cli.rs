@@ -57,7 +57,7 @@ fn aggregate_refuses_a_folder_with_files_it_did_not_write_and_replaces_only_with
     let mut names: Vec<String> =
         fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names, [".jury-output.json", ".jury.lock", "metrics.json", "predictions.csv"]);
+    assert_eq!(names, [".jury-output.json", ".jury.lock", "metrics.json", "predictions.csv", "report.html"]);
 }
 
 #[test]

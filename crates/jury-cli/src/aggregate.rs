@@ -51,8 +51,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
     };
     let study = jury_study::run(&judgments, labels.as_ref(), &settings, &print_note)?;
     let owner = Owner { command: "aggregate".into(), source: args.judgments.display().to_string() };
-    let out = OutputDir::open(&args.out, owner, &OutputLayout::FILES, args.force)?;
+    let files = [OutputLayout::FILES[0], OutputLayout::FILES[1], jury_report::REPORT_FILE];
+    let out = OutputDir::open(&args.out, owner, &files, args.force)?;
     write(&study, out.staging_dir(), &args.out)?;
+    crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), settings.contexts())?;
     out.publish()?;
     Ok(())
 }

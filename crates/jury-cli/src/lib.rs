@@ -6,6 +6,7 @@ mod aggregate;
 #[cfg(feature = "judges")]
 mod llm_eval;
 mod rank;
+mod report;
 #[cfg(feature = "judges")]
 mod run;
 mod simulate;
@@ -43,6 +44,8 @@ enum Command {
     Rank(rank::Args),
     /// The triplet-ranking paper's multiple-choice simulation: RBO and MAP@5 of MCA, FTR and GTR.
     RankSim(rank::SimArgs),
+    /// Write DIR/report.html, one self-contained page of a run's results (aggregate and run write it too).
+    Report(report::Args),
 }
 
 /// The whole `jury` program.
@@ -69,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Winrate(args) => winrate::run(args),
         Command::Rank(args) => rank::prepare(args).and_then(rank::run),
         Command::RankSim(args) => rank::run_sim(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

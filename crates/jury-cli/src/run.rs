@@ -80,6 +80,8 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     }
     let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
     Manifest::new(&exp, &run, dequantized, started.elapsed().as_secs_f64()).write(&layout)?;
+    let contexts = settings.contexts().map(std::path::Path::to_owned);
+    crate::report::write(layout.staging_dir(), &run.judgments, Some(&run.labels), contexts.as_deref())?;
     layout.publish()?;
     Ok(())
 }

@@ -51,7 +51,8 @@ fn columns(names: &[String]) -> Vec<Columns> {
 
 /// Reads predictions.csv as jury-study writes it.
 pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
-    let text = std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
     let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
     let field = |row: usize, column: &str, reason: String| IoError::Field {
         path: path.to_owned(),
@@ -73,7 +74,8 @@ pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
         for (c, (probs, labels)) in cols.iter().zip(values.iter_mut()) {
             let binary = c.probs.len() == 1;
             for &i in &c.probs {
-                let p: f64 = r.get(i).unwrap_or_default().parse().map_err(|e| field(r.line, &names[i], format!("{e}")))?;
+                let p: f64 =
+                    r.get(i).unwrap_or_default().parse().map_err(|e| field(r.line, &names[i], format!("{e}")))?;
                 if binary {
                     probs.extend([1.0 - p, p]);
                 } else {
@@ -113,7 +115,10 @@ mod tests {
         let p = read_predictions(&path).unwrap();
         assert_eq!(p.example_ids, vec!["a", "b,c"]);
         assert_eq!(p.methods.len(), 2);
-        assert_eq!((p.methods[0].method.as_str(), p.methods[0].posteriors.row(0)), ("avg", &[0.30000000000000004, 0.7][..]));
+        assert_eq!(
+            (p.methods[0].method.as_str(), p.methods[0].posteriors.row(0)),
+            ("avg", &[0.30000000000000004, 0.7][..])
+        );
         assert_eq!(p.methods[1].posteriors.n_classes(), 3);
         assert_eq!(p.methods[1].labels, vec![1, 0]);
         std::fs::write(&path, "example_id,avg_p,avg_label\na,x,1\n").unwrap();

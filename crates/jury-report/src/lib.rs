@@ -79,8 +79,11 @@ mod tests {
         let settings = jury_study::Settings::new(&jury_study::AggregateOptions::default()).unwrap();
         let study = jury_study::run(&j, Some(&labels), &settings, &|_| {}).unwrap();
         study.write(dir).unwrap();
-        let contexts =
-            j.example_ids().iter().map(|id| (id.clone(), format!("<script>alert('{id}')</script> text of {id}"))).collect();
+        let contexts = j
+            .example_ids()
+            .iter()
+            .map(|id| (id.clone(), format!("<script>alert('{id}')</script> text of {id}")))
+            .collect();
         (j, labels, contexts)
     }
 
@@ -91,7 +94,10 @@ mod tests {
         let inputs = Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: Some(&contexts) };
         let html = render(&inputs).unwrap();
         for id in ["run", "judges", "methods", "agreement", "calibration", "skills"] {
-            assert!(html.contains(&format!("<section id=\"{id}\"")) || html.contains(&format!("<header id=\"{id}\"")), "no {id}");
+            assert!(
+                html.contains(&format!("<section id=\"{id}\"")) || html.contains(&format!("<header id=\"{id}\"")),
+                "no {id}"
+            );
         }
         // Method and judge numbers are metrics.json's, to four decimals.
         let m: serde_json::Value =
@@ -102,7 +108,9 @@ mod tests {
         }
         // Markup from the data is text, never markup.
         assert!(!html.contains("<script>") && !html.contains("<b>bold"), "unescaped data");
-        assert!(html.contains("&lt;b&gt;bold&lt;&#x2f;b&gt; &amp; co") || html.contains("&lt;b&gt;bold&lt;/b&gt; &amp; co"));
+        assert!(
+            html.contains("&lt;b&gt;bold&lt;&#x2f;b&gt; &amp; co") || html.contains("&lt;b&gt;bold&lt;/b&gt; &amp; co")
+        );
         // No network: nothing loads from elsewhere (SVG's xmlns names a namespace only).
         for fetch in ["src=", "href=", "<link", "<script", "url(", "@import"] {
             assert!(!html.contains(fetch), "{fetch}");

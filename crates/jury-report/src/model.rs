@@ -96,7 +96,8 @@ pub(crate) struct DatasetEntry {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
     serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
 }
 
@@ -173,8 +174,11 @@ fn f4(x: f64) -> String {
 pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let dir = inputs.out_dir;
     let metrics: MetricsFile = read_json(&dir.join("metrics.json"))?;
-    let manifest: ManifestFile =
-        if dir.join("manifest.json").is_file() { read_json(&dir.join("manifest.json"))? } else { ManifestFile::default() };
+    let manifest: ManifestFile = if dir.join("manifest.json").is_file() {
+        read_json(&dir.join("manifest.json"))?
+    } else {
+        ManifestFile::default()
+    };
     let predictions = jury_io::read_predictions(&dir.join("predictions.csv"))?;
     let (j, labels) = (inputs.judgments, inputs.labels);
     if j.n_examples() != metrics.n_examples || j.n_judges() != metrics.n_judges {
@@ -222,7 +226,19 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let confusion = confusion_rows(&metrics);
     let slopes = slope_plots(&metrics)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
-    Ok(Page { title, facts, judges, methods, accuracy_svg, kappa_svg, calibration, confusion, slopes, hardest, all_wrong })
+    Ok(Page {
+        title,
+        facts,
+        judges,
+        methods,
+        accuracy_svg,
+        kappa_svg,
+        calibration,
+        confusion,
+        slopes,
+        hardest,
+        all_wrong,
+    })
 }
 
 /// Each judge's hits and labeled count (hard vote against the label).
@@ -250,9 +266,13 @@ fn judge_rows(j: &Judgments, labels: Option<&Labels>, metrics: &MetricsFile) -> 
         .iter()
         .enumerate()
         .map(|(k, name)| {
-            let entry = metrics.judges.0.iter().find(|(n, _)| n == name).map(|(_, e)| e).ok_or_else(|| {
-                ReportError::Mismatch(format!("judge `{name}` is not in metrics.json"))
-            })?;
+            let entry = metrics
+                .judges
+                .0
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, e)| e)
+                .ok_or_else(|| ReportError::Mismatch(format!("judge `{name}` is not in metrics.json")))?;
             let interval = hits.as_ref().and_then(|h| jury_metrics::wilson_interval(h[k].0, h[k].1, Z95));
             Ok(JudgeRow {
                 name: name.clone(),
@@ -275,21 +295,35 @@ fn method_rows(metrics: &MetricsFile) -> Vec<MethodRow> {
                 (_, _, _, Some(seeds)) => {
                     format!("{} seeds, +- {:.4}, outside each seed's dev set", seeds.len(), m.std.unwrap_or(0.0))
                 }
-                (Some(i), Some(c), _, _) => format!("{i} iterations, {}", if c { "converged" } else { "not converged" }),
+                (Some(i), Some(c), _, _) => {
+                    format!("{i} iterations, {}", if c { "converged" } else { "not converged" })
+                }
                 (_, _, Some(t), _) => format!("{t} ties"),
                 _ => String::new(),
             };
-            MethodRow { name: name.clone(), accuracy: m.accuracy.map(f4), brier: m.brier.map(f4), ece: m.ece.map(f4), notes }
+            MethodRow {
+                name: name.clone(),
+                accuracy: m.accuracy.map(f4),
+                brier: m.brier.map(f4),
+                ece: m.ece.map(f4),
+                notes,
+            }
         })
         .collect()
 }
 
-fn accuracy_chart(j: &Judgments, labels: Option<&Labels>, metrics: &MetricsFile) -> Result<Option<String>, ReportError> {
+fn accuracy_chart(
+    j: &Judgments,
+    labels: Option<&Labels>,
+    metrics: &MetricsFile,
+) -> Result<Option<String>, ReportError> {
     let Some(l) = labels else { return Ok(None) };
     let hits = judge_hits(j, l);
     let mut bars: Vec<plots::Bar> = Vec::new();
     for (k, name) in j.judge_names().iter().enumerate() {
-        let Some(acc) = metrics.judges.0.iter().find(|(n, _)| n == name).and_then(|(_, e)| e.accuracy) else { continue };
+        let Some(acc) = metrics.judges.0.iter().find(|(n, _)| n == name).and_then(|(_, e)| e.accuracy) else {
+            continue;
+        };
         bars.push(plots::Bar {
             label: name,
             value: acc,
@@ -350,7 +384,11 @@ fn slope_plots(metrics: &MetricsFile) -> Result<Vec<SlopePlot>, ReportError> {
         if points.is_empty() {
             continue;
         }
-        out.push(SlopePlot { method: name.clone(), svg: plots::slopes(&points)?, pcc: m.slope_accuracy_pcc.map(|r| format!("{r:.3}")) });
+        out.push(SlopePlot {
+            method: name.clone(),
+            svg: plots::slopes(&points)?,
+            pcc: m.slope_accuracy_pcc.map(|r| format!("{r:.3}")),
+        });
     }
     Ok(out)
 }

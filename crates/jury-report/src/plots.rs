@@ -113,7 +113,10 @@ pub(crate) fn kappa_heatmap(names: &[String], kappa: &[Vec<Option<f64>>]) -> Res
                 let (i, j) = (i as i32, j as i32);
                 chart
                     .draw_series(std::iter::once(Rectangle::new(
-                        [(SegmentValue::Exact(j), SegmentValue::Exact(i)), (SegmentValue::Exact(j + 1), SegmentValue::Exact(i + 1))],
+                        [
+                            (SegmentValue::Exact(j), SegmentValue::Exact(i)),
+                            (SegmentValue::Exact(j + 1), SegmentValue::Exact(i + 1)),
+                        ],
                         c.filled(),
                     )))
                     .map_err(err)?;
@@ -181,9 +184,7 @@ pub(crate) fn slopes(points: &[(f64, f64)]) -> Result<String, ReportError> {
             .build_cartesian_2d(range(&xs), range(&ys))
             .map_err(err)?;
         chart.configure_mesh().x_desc("judge accuracy").y_desc("learned slope").draw().map_err(err)?;
-        chart
-            .draw_series(points.iter().map(|&(x, y)| Circle::new((x, y), 4, JUDGE.filled())))
-            .map_err(err)?;
+        chart.draw_series(points.iter().map(|&(x, y)| Circle::new((x, y), 4, JUDGE.filled()))).map_err(err)?;
         root.present().map_err(err)?;
     }
     Ok(svg)

@@ -36,7 +36,8 @@ const CONTEXTS: &str = "contexts.csv";
 const RESOLVED: &str = "config.resolved.yaml";
 const MANIFEST: &str = "manifest.json";
 /// Written by aggregation into [`OutputLayout::staging_dir`].
-const AGGREGATION: [&str; 2] = jury_study::OutputLayout::FILES;
+const AGGREGATION: [&str; 3] =
+    [jury_study::OutputLayout::FILES[0], jury_study::OutputLayout::FILES[1], jury_report::REPORT_FILE];
 
 impl OutputLayout {
     /// Every file a run may write.

@@ -447,6 +447,11 @@ impl Settings {
         })
     }
 
+    /// The examples' contexts file the context-dependent methods read, when named.
+    pub fn contexts(&self) -> Option<&std::path::Path> {
+        self.contexts.as_deref()
+    }
+
     /// Reads the examples' contexts from `path` instead (a run's own contexts file, read
     /// from its staging folder before it is published).
     pub fn read_contexts_from(&mut self, path: PathBuf) {

@@ -1,0 +1,54 @@
+//! `jury report DIR`: (re)writes DIR/report.html from a run's files; `aggregate` and
+//! `run` write the same page with their outputs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use jury_core::{Judgments, Labels};
+use jury_report::{Inputs, REPORT_FILE};
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// An output folder of `jury run` or `jury aggregate` (metrics.json, predictions.csv).
+    dir: PathBuf,
+    /// The judgments the folder's results came from (default: DIR/judgments.csv, which
+    /// `jury run` writes).
+    #[arg(long)]
+    judgments: Option<PathBuf>,
+    /// Reference labels (default: DIR/labels.csv when present).
+    #[arg(long)]
+    labels: Option<PathBuf>,
+    /// Example texts shown beside the hardest examples (default: DIR/contexts.csv when
+    /// present).
+    #[arg(long)]
+    contexts: Option<PathBuf>,
+}
+
+/// `given`, else `dir/name` when that file exists.
+fn or_in(dir: &Path, given: Option<PathBuf>, name: &str) -> Option<PathBuf> {
+    given.or_else(|| Some(dir.join(name)).filter(|p| p.is_file()))
+}
+
+pub(crate) fn run(args: Args) -> Result<()> {
+    let judgments_path = args.judgments.clone().unwrap_or_else(|| args.dir.join("judgments.csv"));
+    let judgments = jury_io::read_judgments(&judgments_path)?;
+    let labels = match or_in(&args.dir, args.labels, "labels.csv") {
+        Some(p) => Some(jury_io::read_labels(&p, &judgments)?.0),
+        None => None,
+    };
+    let contexts = or_in(&args.dir, args.contexts, "contexts.csv");
+    write(&args.dir, &judgments, labels.as_ref(), contexts.as_deref())?;
+    println!("wrote {}", args.dir.join(REPORT_FILE).display());
+    Ok(())
+}
+
+/// Writes `dir/report.html` from the folder's files and these inputs.
+pub(crate) fn write(dir: &Path, judgments: &Judgments, labels: Option<&Labels>, contexts: Option<&Path>) -> Result<()> {
+    let texts: Option<HashMap<String, String>> = match contexts {
+        Some(p) => Some(jury_io::read_texts(p)?),
+        None => None,
+    };
+    let inputs = Inputs { out_dir: dir, judgments, labels, contexts: texts.as_ref() };
+    jury_report::write(&inputs, dir).context("writing report.html")
+}
