@@ -27,7 +27,7 @@ const METHOD: RGBColor = RGBColor(214, 120, 44);
 /// Horizontal bars of accuracy, one row per judge or method, with interval whiskers.
 pub(crate) fn accuracy_bars(bars: &[Bar]) -> Result<String, ReportError> {
     let mut svg = String::new();
-    let height = 60 + 22 * bars.len() as u32;
+    let height = 70 + 28 * bars.len() as u32;
     {
         let root = SVGBackend::with_string(&mut svg, (760, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
@@ -55,12 +55,12 @@ pub(crate) fn accuracy_bars(bars: &[Bar]) -> Result<String, ReportError> {
         for (i, b) in bars.iter().enumerate() {
             let colour = if b.method { METHOD } else { JUDGE };
             let i = i as i32;
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(x0, SegmentValue::Exact(i)), (b.value, SegmentValue::Exact(i + 1))],
-                    colour.mix(0.8).filled(),
-                )))
-                .map_err(err)?;
+            let mut bar = Rectangle::new(
+                [(x0, SegmentValue::Exact(i)), (b.value, SegmentValue::Exact(i + 1))],
+                colour.mix(0.8).filled(),
+            );
+            bar.set_margin(3, 3, 0, 0);
+            chart.draw_series(std::iter::once(bar)).map_err(err)?;
             if let Some((l, h)) = b.interval {
                 chart
                     .draw_series(std::iter::once(PathElement::new(
@@ -79,29 +79,34 @@ pub(crate) fn accuracy_bars(bars: &[Bar]) -> Result<String, ReportError> {
 pub(crate) fn kappa_heatmap(names: &[String], kappa: &[Vec<Option<f64>>]) -> Result<String, ReportError> {
     let mut svg = String::new();
     let k = names.len() as i32;
-    let side = (24 * k as u32).clamp(240, 720);
+    let side = (44 * k as u32).clamp(360, 880);
     {
-        let root = SVGBackend::with_string(&mut svg, (side + 220, side + 160)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (side + 220, side + 50)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let labels: Vec<String> = names.iter().map(|n| short(n, 24)).collect();
+        // The matrix is symmetric: rows carry the names with their number, columns the
+        // number alone (long rotated names would not fit).
+        let labels: Vec<String> =
+            names.iter().enumerate().map(|(i, n)| format!("{} ({})", short(n, 24), i + 1)).collect();
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
-            .x_label_area_size(140)
+            .x_label_area_size(30)
             .y_label_area_size(200)
             .build_cartesian_2d((0..k).into_segmented(), (0..k).into_segmented())
             .map_err(err)?;
-        let label = |v: &SegmentValue<i32>| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
-            _ => String::new(),
-        };
         chart
             .configure_mesh()
             .disable_mesh()
             .x_labels(names.len())
             .y_labels(names.len())
-            .x_label_formatter(&label)
-            .y_label_formatter(&label)
-            .x_label_style(("sans-serif", 11).into_font().transform(FontTransform::Rotate90))
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) if *i < k => (i + 1).to_string(),
+                _ => String::new(),
+            })
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .label_style(("sans-serif", 13))
             .draw()
             .map_err(err)?;
         for (i, row) in kappa.iter().enumerate() {
@@ -125,7 +130,7 @@ pub(crate) fn kappa_heatmap(names: &[String], kappa: &[Vec<Option<f64>>]) -> Res
                         .draw_series(std::iter::once(Text::new(
                             format!("{v:.2}"),
                             (SegmentValue::CenterOf(j), SegmentValue::CenterOf(i)),
-                            ("sans-serif", 11).into_font().color(if t > 0.6 { &WHITE } else { &BLACK }),
+                            ("sans-serif", 12).into_font().color(if t > 0.6 { &WHITE } else { &BLACK }),
                         )))
                         .map_err(err)?;
                 }
