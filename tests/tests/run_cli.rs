@@ -197,6 +197,7 @@ fn run_config_with_skillagg_writes_contexts_and_aggregates() {
         let acc = m["methods"][method]["accuracy"].as_f64().unwrap();
         assert!(html.contains(&format!("<td>{method}</td><td>{acc:.4}</td>")), "{method} {acc}");
     }
+    assert!(html.contains("<th>mean captured mass</th><th>exact verdicts</th>"), "the manifest's judge columns");
     for section in ["judges", "methods", "calibration"] {
         assert!(html.contains(&format!("<section id=\"{section}\"")), "{section}");
     }

@@ -69,6 +69,10 @@ fn winrate_calibrates_a_biased_evaluator_pool_and_refuses_what_it_cannot_know() 
     assert!((obs - 0.25).abs() < 0.03, "observed {obs}");
     let [lo, hi] = [pair["interval"][0].as_f64().unwrap(), pair["interval"][1].as_f64().unwrap()];
     assert!(lo < est && est < hi);
+    // Its page: the pair's estimate, interval and human rate as winrate.json has them.
+    let page = fs::read_to_string(dir.path().join("out-bwrs-in-dist_0.1/report.html")).unwrap();
+    assert!(page.contains("<section id=\"winrate\"") && page.contains("<svg"), "{page}");
+    assert!(page.contains(&format!("<td>{human:.3}</td><td>{obs:.3}</td><td>{est:.3}</td><td>{lo:.3} - {hi:.3}</td>")));
 
     let (out, json) = winrate(dir.path(), &file, "bayesian-ds", "none");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -211,6 +215,9 @@ fn rank_recovers_the_reference_order_without_reading_the_reference() {
             assert_eq!(order, want, "{method}");
             assert_eq!(r["reference"]["rbo"].as_f64().unwrap(), 1.0);
             assert_eq!(r["reference"]["spearman"].as_f64().unwrap(), 1.0);
+            let page = fs::read_to_string(out_dir.join("report.html")).unwrap();
+            assert!(page.contains("<section id=\"ranking\"") && page.contains("RBO 1.000"), "{page}");
+            assert!(page.contains("<td>1</td><td>model-1</td>"), "{page}");
         }
         assert!(r["evaluations"].as_u64().unwrap() > 0);
     }

@@ -118,7 +118,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let path = args.out.join("ranking.json");
     write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-    println!("wrote {}", path.display());
+    jury_report::write_page(&args.out, &jury_report::render_ranking(&args.out)?)?;
+    println!("wrote {} and {}", path.display(), args.out.join(jury_report::REPORT_FILE).display());
     Ok(())
 }
 

@@ -10,7 +10,8 @@ use jury_report::{Inputs, REPORT_FILE};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// An output folder of `jury run` or `jury aggregate` (metrics.json, predictions.csv).
+    /// An output folder of `jury run` or `jury aggregate` (metrics.json, predictions.csv),
+    /// `jury winrate` (winrate.json) or `jury rank` (ranking.json).
     dir: PathBuf,
     /// The judgments the folder's results came from (default: DIR/judgments.csv, which
     /// `jury run` writes).
@@ -31,6 +32,17 @@ fn or_in(dir: &Path, given: Option<PathBuf>, name: &str) -> Option<PathBuf> {
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
+    // A win-rate or ranking folder has its own page; aggregation's needs the judgments.
+    for (file, render) in [
+        ("winrate.json", jury_report::render_winrate as fn(&Path) -> Result<String, jury_report::ReportError>),
+        ("ranking.json", jury_report::render_ranking),
+    ] {
+        if args.dir.join(file).is_file() {
+            jury_report::write_page(&args.dir, &render(&args.dir)?)?;
+            println!("wrote {}", args.dir.join(REPORT_FILE).display());
+            return Ok(());
+        }
+    }
     let judgments_path = args.judgments.clone().unwrap_or_else(|| args.dir.join("judgments.csv"));
     let judgments = jury_io::read_judgments(&judgments_path)?;
     let labels = match or_in(&args.dir, args.labels, "labels.csv") {

@@ -49,12 +49,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let path = args.out.join("winrate.json");
     write_atomic(&path, serde_json::to_string_pretty(&result)?.as_bytes())?;
+    jury_report::write_page(&args.out, &jury_report::render_winrate(&args.out)?)?;
     print!("{}", table(&result.pairs));
     let with_human = result.pairs.iter().filter(|p| p.abs_error.is_some()).count();
     if let (Some(e), Some(o)) = (result.mean_abs_error, result.observed_mean_abs_error) {
         println!("mean |error| over {with_human} pairs with human labels: {} {e:.4}, observed {o:.4}", result.method);
     }
-    println!("wrote {}", path.display());
+    println!("wrote {} and {}", path.display(), args.out.join(jury_report::REPORT_FILE).display());
     Ok(())
 }
 

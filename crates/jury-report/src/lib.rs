@@ -8,6 +8,7 @@
 
 mod model;
 mod plots;
+mod studies;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -42,22 +43,47 @@ pub struct Inputs<'a> {
 /// The report file's name in an output folder.
 pub const REPORT_FILE: &str = "report.html";
 
-const TEMPLATE: &str = include_str!("../templates/report.html");
+/// The pages' templates (`.html`: minijinja escapes every value they print).
+const TEMPLATES: [(&str, &str); 4] = [
+    ("base.html", include_str!("../templates/base.html")),
+    ("report.html", include_str!("../templates/report.html")),
+    ("winrate.html", include_str!("../templates/winrate.html")),
+    ("rank.html", include_str!("../templates/rank.html")),
+];
+
+fn fill(name: &str, page: &impl serde::Serialize) -> Result<String, ReportError> {
+    let template = |e: minijinja::Error| ReportError::Template(e.to_string());
+    let mut env = minijinja::Environment::new();
+    for (n, text) in TEMPLATES {
+        env.add_template(n, text).map_err(template)?;
+    }
+    env.get_template(name).map_err(template)?.render(minijinja::context! { page => page }).map_err(template)
+}
 
 /// The page's HTML.
 pub fn render(inputs: &Inputs) -> Result<String, ReportError> {
-    let page = model::page(inputs)?;
-    let mut env = minijinja::Environment::new();
-    env.add_template("report.html", TEMPLATE).map_err(|e| ReportError::Template(e.to_string()))?;
-    let t = env.get_template("report.html").map_err(|e| ReportError::Template(e.to_string()))?;
-    t.render(minijinja::context! { page => page }).map_err(|e| ReportError::Template(e.to_string()))
+    fill("report.html", &model::page(inputs)?)
+}
+
+/// The page of a `jury winrate` output folder (winrate.json).
+pub fn render_winrate(dir: &Path) -> Result<String, ReportError> {
+    fill("winrate.html", &studies::winrate(dir)?)
+}
+
+/// The page of a `jury rank` output folder (ranking.json).
+pub fn render_ranking(dir: &Path) -> Result<String, ReportError> {
+    fill("rank.html", &studies::ranking(dir)?)
+}
+
+/// Writes `dir/report.html` from `html`, atomically.
+pub fn write_page(dir: &Path, html: &str) -> Result<(), ReportError> {
+    jury_io::write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
+    Ok(())
 }
 
 /// Writes the page to `dir/report.html` atomically.
 pub fn write(inputs: &Inputs, dir: &Path) -> Result<(), ReportError> {
-    let html = render(inputs)?;
-    jury_io::write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
-    Ok(())
+    write_page(dir, &render(inputs)?)
 }
 
 #[cfg(test)]
@@ -133,5 +159,48 @@ mod tests {
         let unlabeled = Inputs { labels: None, ..inputs };
         let page = render(&unlabeled).unwrap();
         assert!(!page.contains("<section id=\"calibration\"") && !page.contains("<section id=\"hardest\""));
+    }
+}
+
+#[cfg(test)]
+mod study_tests {
+    use super::*;
+
+    /// The win-rate page: a row per pair with winrate.json's numbers, generator names as
+    /// text, an unidentifiable pair's reason, a chart.
+    #[test]
+    fn winrate_page_rows_and_escaping() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("winrate.json"),
+            r#"{"method": "bwrs", "prior": "in-dist:0.3", "seed": 0, "level": 0.95, "n_pairs": 2,
+                "mean_abs_error": 0.07, "observed_mean_abs_error": 0.08, "pairs": [
+                {"generator_0": "a", "generator_1": "<img src=x>", "n_comparisons": 40, "human_win_rate": 0.675,
+                 "observed": 0.6083, "estimate": 0.5604, "interval": [0.0386, 0.9786], "unidentifiable": null},
+                {"generator_0": "c", "generator_1": "d", "n_comparisons": 1, "human_win_rate": 1.0, "observed": null,
+                 "estimate": null, "interval": null, "unidentifiable": "no evaluator votes"}]}"#,
+        )
+        .unwrap();
+        let html = render_winrate(dir.path()).unwrap();
+        assert!(html.contains("<td>0.675</td><td>0.608</td><td>0.560</td><td>0.039 - 0.979</td>"), "{html}");
+        assert!(html.contains("no evaluator votes") && html.contains("<svg"));
+        assert!(!html.contains("<img") && html.contains("&lt;img"), "escaped");
+    }
+
+    /// The ranking page: each model's rank beside the reference's, and the agreement.
+    #[test]
+    fn ranking_page_beside_the_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ranking.json"),
+            r#"{"method": "ftr", "eval": "equal", "n_models": 2, "n_prompts": 30, "evaluations": 30, "converged": true,
+                "ranking": [{"rank": 1, "model": "m1", "score": 1.0}, {"rank": 2, "model": "m0", "score": 0.0}],
+                "reference": {"name": "reference", "ranking": [{"model": "m0", "score": 0.9}, {"model": "m1", "score": 0.8}],
+                  "rbo": 0.5, "map_at_5": 0.75, "spearman": -1.0, "undetermined": null}}"#,
+        )
+        .unwrap();
+        let html = render_ranking(dir.path()).unwrap();
+        assert!(html.contains("<td>1</td><td>m1</td><td>1.000</td><td>2</td><td>0.800</td>"), "{html}");
+        assert!(html.contains("RBO 0.500, MAP@5 0.750, Spearman -1.000"), "{html}");
     }
 }

@@ -88,6 +88,21 @@ pub(crate) struct ManifestFile {
     pub(crate) total_seconds: Option<f64>,
     #[serde(default)]
     pub(crate) dataset: Option<DatasetEntry>,
+    #[serde(default)]
+    pub(crate) judges: Vec<ManifestJudge>,
+    /// Each judge's mean P(positive) + P(negative): how much of the next-token
+    /// distribution the verdict tokens took.
+    #[serde(default)]
+    pub(crate) mean_captured_mass: HashMap<String, f64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ManifestJudge {
+    pub(crate) name: String,
+    /// Share of verdicts whose every verdict token was observed (server judges reading
+    /// top-k log-probabilities may not).
+    #[serde(default)]
+    pub(crate) exact_share: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +122,8 @@ pub(crate) struct Page {
     pub(crate) title: String,
     pub(crate) facts: Vec<(String, String)>,
     pub(crate) judges: Vec<JudgeRow>,
+    /// Whether the judges' table has the run's columns (captured mass, exact share).
+    pub(crate) judged_here: bool,
     pub(crate) methods: Vec<MethodRow>,
     pub(crate) accuracy_svg: Option<String>,
     pub(crate) kappa_svg: Option<String>,
@@ -124,6 +141,9 @@ pub(crate) struct JudgeRow {
     pub(crate) interval: Option<String>,
     pub(crate) coverage: String,
     pub(crate) mean_positive: String,
+    /// From a `jury run`'s manifest: mean captured mass and share of exact verdicts.
+    pub(crate) mass: Option<String>,
+    pub(crate) exact: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -205,7 +225,8 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     if let Some(s) = manifest.total_seconds {
         facts.push(("total time".to_owned(), format!("{s:.0} s")));
     }
-    let judges = judge_rows(j, labels, &metrics)?;
+    let judges = judge_rows(j, labels, &metrics, &manifest)?;
+    let judged_here = !manifest.judges.is_empty();
     let methods = method_rows(&metrics);
     let accuracy_svg = accuracy_chart(j, labels, &metrics)?;
     let kappa_svg = if j.n_judges() >= 2 { Some(kappa_chart(j)?) } else { None };
@@ -230,6 +251,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         title,
         facts,
         judges,
+        judged_here,
         methods,
         accuracy_svg,
         kappa_svg,
@@ -255,7 +277,12 @@ fn judge_hits(j: &Judgments, labels: &Labels) -> Vec<(usize, usize)> {
 
 const Z95: f64 = 1.959963984540054;
 
-fn judge_rows(j: &Judgments, labels: Option<&Labels>, metrics: &MetricsFile) -> Result<Vec<JudgeRow>, ReportError> {
+fn judge_rows(
+    j: &Judgments,
+    labels: Option<&Labels>,
+    metrics: &MetricsFile,
+    manifest: &ManifestFile,
+) -> Result<Vec<JudgeRow>, ReportError> {
     let hits = labels.map(|l| judge_hits(j, l));
     let mut positive = vec![(0.0f64, 0usize); j.n_judges()];
     for (_, k, p) in j.entries() {
@@ -280,6 +307,13 @@ fn judge_rows(j: &Judgments, labels: Option<&Labels>, metrics: &MetricsFile) -> 
                 interval: interval.map(|(lo, hi)| format!("{lo:.3} - {hi:.3}")),
                 coverage: format!("{:.3}", entry.coverage),
                 mean_positive: format!("{:.3}", positive[k].0 / positive[k].1.max(1) as f64),
+                mass: manifest.mean_captured_mass.get(name).map(|m| format!("{m:.3}")),
+                exact: manifest
+                    .judges
+                    .iter()
+                    .find(|m| m.name == *name)
+                    .and_then(|m| m.exact_share)
+                    .map(|e| format!("{e:.3}")),
             })
         })
         .collect()

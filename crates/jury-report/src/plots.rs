@@ -199,3 +199,65 @@ pub(crate) fn slopes(points: &[(f64, f64)]) -> Result<String, ReportError> {
 fn short(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(std::iter::once('…')).collect() }
 }
+
+/// One generator pair on the win-rate chart.
+pub(crate) struct PairPoint<'a> {
+    pub(crate) label: &'a str,
+    /// Estimate with its interval (lower, upper).
+    pub(crate) estimate: Option<(f64, f64, f64)>,
+    pub(crate) observed: Option<f64>,
+    pub(crate) human: Option<f64>,
+}
+
+/// One row per pair on [0, 1]: the estimate's interval and point, the observed rate and
+/// the human rate.
+pub(crate) fn win_rates(rows: &[PairPoint]) -> Result<String, ReportError> {
+    let mut svg = String::new();
+    let height = 70 + 28 * rows.len() as u32;
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let n = rows.len() as i32;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(230)
+            .build_cartesian_2d(0.0..1.0f64, (0..n).into_segmented())
+            .map_err(err)?;
+        let labels: Vec<String> = rows.iter().map(|r| short(r.label, 36)).collect();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("win rate of G1 over G0")
+            .y_labels(rows.len())
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .draw()
+            .map_err(err)?;
+        for (i, r) in rows.iter().enumerate() {
+            let at = || SegmentValue::CenterOf(i as i32);
+            if let Some((e, lo, hi)) = r.estimate {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(lo, at()), (hi, at())],
+                        METHOD.stroke_width(3),
+                    )))
+                    .map_err(err)?;
+                chart.draw_series(std::iter::once(Circle::new((e, at()), 5, METHOD.filled()))).map_err(err)?;
+            }
+            if let Some(o) = r.observed {
+                chart.draw_series(std::iter::once(Circle::new((o, at()), 4, JUDGE.filled()))).map_err(err)?;
+            }
+            if let Some(h) = r.human {
+                let (top, bottom) = (SegmentValue::Exact(i as i32), SegmentValue::Exact(i as i32 + 1));
+                chart
+                    .draw_series(std::iter::once(PathElement::new(vec![(h, top), (h, bottom)], BLACK.stroke_width(2))))
+                    .map_err(err)?;
+            }
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}

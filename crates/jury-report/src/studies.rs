@@ -1,0 +1,233 @@
+//! The pages of `jury winrate` (winrate.json) and `jury rank` (ranking.json): each
+//! pair's estimate with its interval against the human rate, and a ranking beside the
+//! reference with RBO, MAP and Spearman.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ReportError, plots};
+
+#[derive(Debug, Deserialize)]
+struct WinrateFile {
+    method: String,
+    prior: String,
+    #[serde(default)]
+    level: Option<f64>,
+    n_pairs: usize,
+    #[serde(default)]
+    mean_abs_error: Option<f64>,
+    #[serde(default)]
+    observed_mean_abs_error: Option<f64>,
+    pairs: Vec<PairEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PairEntry {
+    generator_0: String,
+    generator_1: String,
+    n_comparisons: usize,
+    #[serde(default)]
+    human_win_rate: Option<f64>,
+    #[serde(default)]
+    observed: Option<f64>,
+    #[serde(default)]
+    estimate: Option<f64>,
+    #[serde(default)]
+    interval: Option<[f64; 2]>,
+    #[serde(default)]
+    unidentifiable: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WinratePage {
+    title: String,
+    facts: Vec<(String, String)>,
+    pairs: Vec<PairRow>,
+    chart: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct PairRow {
+    pair: String,
+    comparisons: usize,
+    human: Option<String>,
+    observed: Option<String>,
+    estimate: Option<String>,
+    interval: Option<String>,
+    note: String,
+}
+
+fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
+}
+
+fn f3(x: f64) -> String {
+    format!("{x:.3}")
+}
+
+/// The page of a folder holding `jury winrate`'s winrate.json.
+pub(crate) fn winrate(dir: &Path) -> Result<WinratePage, ReportError> {
+    let w: WinrateFile = read(&dir.join("winrate.json"))?;
+    let mut facts = vec![
+        ("method".to_owned(), w.method.clone()),
+        ("prior".to_owned(), w.prior.clone()),
+        ("generator pairs".to_owned(), w.n_pairs.to_string()),
+        ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+    ];
+    if let Some(l) = w.level {
+        facts.push(("interval level".to_owned(), format!("{l}")));
+    }
+    if let (Some(e), Some(o)) = (w.mean_abs_error, w.observed_mean_abs_error) {
+        facts.push(("mean abs error (observed rate's)".to_owned(), format!("{e:.4} ({o:.4})")));
+    }
+    let pairs: Vec<PairRow> = w
+        .pairs
+        .iter()
+        .map(|p| PairRow {
+            pair: format!("{} over {}", p.generator_1, p.generator_0),
+            comparisons: p.n_comparisons,
+            human: p.human_win_rate.map(f3),
+            observed: p.observed.map(f3),
+            estimate: p.estimate.map(f3),
+            interval: p.interval.map(|[lo, hi]| format!("{lo:.3} - {hi:.3}")),
+            note: p.unidentifiable.clone().unwrap_or_default(),
+        })
+        .collect();
+    let rows: Vec<plots::PairPoint> = w
+        .pairs
+        .iter()
+        .zip(&pairs)
+        .map(|(p, r)| plots::PairPoint {
+            label: &r.pair,
+            estimate: p.estimate.zip(p.interval).map(|(e, [lo, hi])| (e, lo, hi)),
+            observed: p.observed,
+            human: p.human_win_rate,
+        })
+        .collect();
+    let chart = if rows.iter().any(|r| r.estimate.is_some() || r.observed.is_some()) {
+        Some(plots::win_rates(&rows)?)
+    } else {
+        None
+    };
+    Ok(WinratePage { title: format!("win rates ({})", w.method), facts, pairs, chart })
+}
+
+#[derive(Debug, Deserialize)]
+struct RankingFile {
+    method: String,
+    eval: String,
+    n_models: usize,
+    n_prompts: usize,
+    #[serde(default)]
+    evaluations: Option<usize>,
+    ranking: Vec<RankedEntry>,
+    #[serde(default)]
+    reference: Option<ReferenceEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RankedEntry {
+    rank: usize,
+    model: String,
+    /// `None` where the method gives no score (GTR).
+    score: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReferenceEntry {
+    name: String,
+    ranking: Vec<ScoredEntry>,
+    #[serde(default)]
+    rbo: Option<f64>,
+    #[serde(default)]
+    spearman: Option<f64>,
+    #[serde(default)]
+    undetermined: Option<String>,
+    /// `map_at_K` for the run's K.
+    #[serde(flatten)]
+    other: BTreeMap<String, Option<f64>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ScoredEntry {
+    model: String,
+    score: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct RankPage {
+    title: String,
+    facts: Vec<(String, String)>,
+    rows: Vec<RankRow>,
+    reference: Option<ReferenceView>,
+}
+
+#[derive(Debug, Serialize)]
+struct RankRow {
+    rank: usize,
+    model: String,
+    score: Option<String>,
+    reference_rank: Option<usize>,
+    reference_score: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReferenceView {
+    name: String,
+    scores: Vec<(String, String)>,
+    undetermined: Option<String>,
+}
+
+/// The page of a folder holding `jury rank`'s ranking.json.
+pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
+    let r: RankingFile = read(&dir.join("ranking.json"))?;
+    let mut facts = vec![
+        ("method".to_owned(), r.method.clone()),
+        ("evaluation".to_owned(), r.eval.clone()),
+        ("models".to_owned(), r.n_models.to_string()),
+        ("prompts".to_owned(), r.n_prompts.to_string()),
+        ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+    ];
+    if let Some(e) = r.evaluations {
+        facts.push(("judge comparisons".to_owned(), e.to_string()));
+    }
+    let reference_rank = |model: &str| {
+        r.reference
+            .as_ref()
+            .and_then(|f| f.ranking.iter().position(|e| e.model == model).map(|i| (i + 1, f.ranking[i].score)))
+    };
+    let rows = r
+        .ranking
+        .iter()
+        .map(|e| {
+            let reference = reference_rank(&e.model);
+            RankRow {
+                rank: e.rank,
+                model: e.model.clone(),
+                score: e.score.map(f3),
+                reference_rank: reference.map(|(i, _)| i),
+                reference_score: reference.and_then(|(_, s)| s.map(f3)),
+            }
+        })
+        .collect();
+    let reference = r.reference.as_ref().map(|f| {
+        let mut scores = Vec::new();
+        if let Some(v) = f.rbo {
+            scores.push(("RBO".to_owned(), f3(v)));
+        }
+        for (k, v) in &f.other {
+            if let (Some(at), Some(v)) = (k.strip_prefix("map_at_"), v) {
+                scores.push((format!("MAP@{at}"), f3(*v)));
+            }
+        }
+        if let Some(v) = f.spearman {
+            scores.push(("Spearman".to_owned(), f3(v)));
+        }
+        ReferenceView { name: f.name.clone(), scores, undetermined: f.undetermined.clone() }
+    });
+    Ok(RankPage { title: format!("ranking ({})", r.method), facts, rows, reference })
+}
