@@ -147,6 +147,18 @@ fn pairwise_task_judged_in_both_orders_is_averaged_in_the_original_orientation()
         assert!(tie > 0.0 && tie < 1.0, "the tie verdict C is read: {row}");
         assert!((p_of(&judged, id, None) - (ab + ba) / 2.0).abs() < 2e-6, "{row} vs {ab} {ba}");
     }
+    // The page shows how often the judge's verdict survives the swap: here, over the two
+    // pairs, as judgments_by_order.csv says.
+    let same = judged[1..]
+        .iter()
+        .filter(|row| {
+            let id = row.split(',').next().unwrap();
+            (p_of(&by_order, id, Some("ab")) > 0.5) == (p_of(&by_order, id, Some("ba")) > 0.5)
+        })
+        .count();
+    let html = fs::read_to_string(dir.path().join("out/report.html")).unwrap();
+    assert!(html.contains("<th>same verdict in both orders</th>"), "{html}");
+    assert!(html.contains(&format!("<td>{:.3}</td></tr>", same as f64 / 2.0)), "{html}");
 }
 
 /// A `jury run` configuration that asks for context-dependent methods without a contexts

@@ -103,9 +103,65 @@ pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
     Ok(Predictions { example_ids: ids, methods })
 }
 
+/// One row of judgments_by_order.csv.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrderedJudgment {
+    pub example_id: String,
+    pub judge: String,
+    /// Judged in the swapped order (`ba`).
+    pub swapped: bool,
+    /// P(positive) in the original orientation.
+    pub p: Option<f64>,
+}
+
+/// A run's judgments_by_order.csv (pairwise data judged in both orders): each judge's
+/// P(positive) per example in the order shown first (`ab`) and swapped (`ba`), both in
+/// the original orientation; `None` where the judge gave no usable answer.
+pub fn read_by_order(path: &Path) -> Result<Vec<OrderedJudgment>, IoError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
+    let mut rows = Vec::new();
+    let mut header = true;
+    scan(&text, malformed, |r: &Record<'_>| {
+        if std::mem::take(&mut header) {
+            let names = header_names(r).map_err(malformed)?;
+            if names != ["example_id", "judge", "order", "p"] {
+                return Err(malformed((r.line, format!("columns {names:?}, expected example_id, judge, order, p"))));
+            }
+            return Ok(());
+        }
+        let field = |i: usize| r.get(i).unwrap_or_default();
+        let swapped = match field(2) {
+            "ab" => false,
+            "ba" => true,
+            other => return Err(malformed((r.line, format!("order `{other}`, expected ab or ba")))),
+        };
+        let p = match field(3) {
+            "" => None,
+            t => Some(t.parse::<f64>().map_err(|e| malformed((r.line, format!("p `{t}`: {e}"))))?),
+        };
+        rows.push(OrderedJudgment { example_id: field(0).to_owned(), judge: field(1).to_owned(), swapped, p });
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_orders_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("judgments_by_order.csv");
+        std::fs::write(&path, "example_id,judge,order,p\nq1,j,ab,0.800000\nq1,j,ba,\n").unwrap();
+        let rows = read_by_order(&path).unwrap();
+        let row = |swapped, p| OrderedJudgment { example_id: "q1".into(), judge: "j".into(), swapped, p };
+        assert_eq!(rows, vec![row(false, Some(0.8)), row(true, None)]);
+        std::fs::write(&path, "example_id,judge,order,p\nq1,j,xy,0.5\n").unwrap();
+        assert!(read_by_order(&path).unwrap_err().to_string().contains("line 2"));
+    }
 
     #[test]
     fn binary_and_multiclass_columns_read_back() {

@@ -124,6 +124,8 @@ pub(crate) struct Page {
     pub(crate) judges: Vec<JudgeRow>,
     /// Whether the judges' table has the run's columns (captured mass, exact share).
     pub(crate) judged_here: bool,
+    /// Whether it has the position-consistency column (both orders judged).
+    pub(crate) both_orders: bool,
     pub(crate) methods: Vec<MethodRow>,
     pub(crate) accuracy_svg: Option<String>,
     pub(crate) kappa_svg: Option<String>,
@@ -144,6 +146,8 @@ pub(crate) struct JudgeRow {
     /// From a `jury run`'s manifest: mean captured mass and share of exact verdicts.
     pub(crate) mass: Option<String>,
     pub(crate) exact: Option<String>,
+    /// Pairs judged in both orders: the share whose verdict survives the swap.
+    pub(crate) consistency: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -181,6 +185,24 @@ pub(crate) struct Hard {
     pub(crate) id: String,
     pub(crate) label: usize,
     pub(crate) text: Option<String>,
+}
+
+/// Each judge's share of examples judged in both orders whose hard verdict (P(positive)
+/// > 0.5, original orientation) is the same in both.
+fn position_consistency(rows: &[jury_io::OrderedJudgment]) -> HashMap<String, f64> {
+    let mut votes: HashMap<(&str, &str), [Option<bool>; 2]> = HashMap::new();
+    for r in rows {
+        votes.entry((&r.judge, &r.example_id)).or_default()[usize::from(r.swapped)] = r.p.map(|p| p > 0.5);
+    }
+    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+    for ((judge, _), v) in votes {
+        if let [Some(a), Some(b)] = v {
+            let c = counts.entry(judge.to_owned()).or_default();
+            c.0 += usize::from(a == b);
+            c.1 += 1;
+        }
+    }
+    counts.into_iter().map(|(j, (same, n))| (j, same as f64 / n as f64)).collect()
 }
 
 /// How many of the hardest examples the page lists.
@@ -225,7 +247,16 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     if let Some(s) = manifest.total_seconds {
         facts.push(("total time".to_owned(), format!("{s:.0} s")));
     }
-    let judges = judge_rows(j, labels, &metrics, &manifest)?;
+    let by_order = dir.join("judgments_by_order.csv");
+    let consistency =
+        if by_order.is_file() { Some(position_consistency(&jury_io::read_by_order(&by_order)?)) } else { None };
+    let mut judges = judge_rows(j, labels, &metrics, &manifest)?;
+    if let Some(c) = &consistency {
+        for row in &mut judges {
+            row.consistency = c.get(&row.name).map(|s| format!("{s:.3}"));
+        }
+    }
+    let both_orders = consistency.is_some();
     let judged_here = !manifest.judges.is_empty();
     let methods = method_rows(&metrics);
     let accuracy_svg = accuracy_chart(j, labels, &metrics)?;
@@ -252,6 +283,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         facts,
         judges,
         judged_here,
+        both_orders,
         methods,
         accuracy_svg,
         kappa_svg,
@@ -314,6 +346,7 @@ fn judge_rows(
                     .find(|m| m.name == *name)
                     .and_then(|m| m.exact_share)
                     .map(|e| format!("{e:.3}")),
+                consistency: None,
             })
         })
         .collect()
