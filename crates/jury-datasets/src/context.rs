@@ -54,6 +54,7 @@ mod tests {
             id: "e".into(),
             fields: fields.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             label: None,
+            category: None,
         }
     }
 

@@ -21,6 +21,9 @@ pub struct Example {
     /// Template variables, e.g. `question` and `answer`.
     pub fields: BTreeMap<String, String>,
     pub label: Option<usize>,
+    /// The data set's own grouping of the example (TruthfulQA's `Category`), for
+    /// accuracy by subset; never shown to a judge.
+    pub category: Option<String>,
 }
 
 /// A problem with a data set file.
@@ -114,6 +117,7 @@ pub fn demo_facts(path: &Path) -> Result<Vec<Example>, DatasetError> {
                 id: r.get(id).unwrap_or_default().trim().to_owned(),
                 fields: BTreeMap::from([("statement".to_owned(), r.get(st).unwrap_or_default().trim().to_owned())]),
                 label: Some(label),
+                category: None,
             })
         })
         .collect()
@@ -126,6 +130,7 @@ pub fn demo_facts(path: &Path) -> Result<Vec<Example>, DatasetError> {
 pub fn truthfulqa(path: &Path) -> Result<Vec<Example>, DatasetError> {
     let (headers, rows) = csv_records(path)?;
     let q = column(path, &headers, "Question")?;
+    let category = headers.iter().position(|h| h == "Category");
     let correct = column(path, &headers, "Correct Answers")?;
     let incorrect = column(path, &headers, "Incorrect Answers")?;
     let mut out = Vec::new();
@@ -140,6 +145,7 @@ pub fn truthfulqa(path: &Path) -> Result<Vec<Example>, DatasetError> {
                         ("answer".to_owned(), answer.trim().to_owned()),
                     ]),
                     label: Some(label),
+                    category: category.and_then(|c| r.get(c)).map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()),
                 });
             }
         }
@@ -174,6 +180,7 @@ pub fn halueval_dialogue(path: &Path) -> Result<Vec<Example>, DatasetError> {
                     ("response".to_owned(), response),
                 ]),
                 label: Some(label),
+                category: None,
             });
         }
     }
@@ -243,6 +250,7 @@ pub fn chatbot_arena(path: &Path) -> Result<Vec<Example>, DatasetError> {
                 ("model_b".to_owned(), r.get(mb).unwrap_or_default().trim().to_owned()),
             ]),
             label: Some(usize::from(a)),
+            category: None,
         });
     }
     Ok(out)
@@ -290,6 +298,7 @@ pub fn llmbar(path: &Path) -> Result<Vec<Example>, DatasetError> {
                     ("answer_b".to_owned(), p.output_2),
                 ]),
                 label: Some(label),
+                category: None,
             })
         })
         .collect()
@@ -312,7 +321,12 @@ pub fn swapped(example: &Example, path: &Path) -> Result<Example, DatasetError> 
         fields.insert("model_a".to_owned(), mb);
         fields.insert("model_b".to_owned(), ma);
     }
-    Ok(Example { id: format!("{}{SWAPPED_SUFFIX}", example.id), fields, label: example.label.map(|l| 1 - l.min(1)) })
+    Ok(Example {
+        id: format!("{}{SWAPPED_SUFFIX}", example.id),
+        fields,
+        label: example.label.map(|l| 1 - l.min(1)),
+        category: example.category.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -338,6 +352,7 @@ mod tests {
         let answers: Vec<(&str, Option<usize>)> = ex.iter().map(|e| (e.fields["answer"].as_str(), e.label)).collect();
         assert_eq!(answers, vec![("Yes", Some(1)), ("It is", Some(1)), ("", Some(1)), ("No", Some(0))]);
         assert_eq!(ex[3].id, "truthfulqa-00003");
+        assert!(ex.iter().all(|e| e.category.as_deref() == Some("Misc")), "the Category column");
     }
 
     #[test]
@@ -407,7 +422,7 @@ mod tests {
         assert_eq!(ex[0].fields["answer_a"], "o1");
         let bad = write(dir.path(), "bad.json", r#"[{"input":"q","output_1":"a","output_2":"b","label":3}]"#);
         assert!(llmbar(&bad).unwrap_err().to_string().contains("[0].label"));
-        let demo = Example { id: "d".into(), fields: BTreeMap::new(), label: Some(1) };
+        let demo = Example { id: "d".into(), fields: BTreeMap::new(), label: Some(1), category: None };
         assert!(swapped(&demo, &p).unwrap_err().to_string().contains("pairwise"));
     }
 

@@ -16,7 +16,7 @@ mod write;
 pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};
-pub use table::{read_judgments, read_labels, read_texts};
+pub use table::{read_categories, read_judgments, read_labels, read_texts};
 pub use write::{csv_field, write_atomic};
 
 use std::path::PathBuf;

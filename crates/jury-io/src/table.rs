@@ -492,13 +492,23 @@ fn parse_label(text: &str, n_classes: usize) -> Option<usize> {
 /// `text`, any of the table formats. Duplicate ids and missing values are errors naming
 /// the row.
 pub fn read_texts(path: &Path) -> Result<HashMap<String, String>, IoError> {
+    read_keyed(path, "text")
+}
+
+/// Each example's category (a run's categories.csv: `example_id`, `category`).
+pub fn read_categories(path: &Path) -> Result<HashMap<String, String>, IoError> {
+    read_keyed(path, "category")
+}
+
+/// `example_id` -> the `column` value, every id once, no value missing.
+fn read_keyed(path: &Path, column: &str) -> Result<HashMap<String, String>, IoError> {
     let t = Table::load(path)?;
     let ids = t.strings("example_id")?;
-    let texts = t.strings("text")?;
+    let texts = t.strings(column)?;
     let mut out = HashMap::with_capacity(ids.len());
     for (row, (id, text)) in ids.into_iter().zip(texts).enumerate() {
         let id = id.ok_or_else(|| t.field_err(row, "example_id", "empty"))?;
-        let text = text.ok_or_else(|| t.field_err(row, "text", "empty"))?;
+        let text = text.ok_or_else(|| t.field_err(row, column, "empty"))?;
         if out.insert(id.clone(), text).is_some() {
             return Err(t.field_err(row, "example_id", format!("duplicate id `{id}`")));
         }

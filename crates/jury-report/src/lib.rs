@@ -146,6 +146,27 @@ mod tests {
         assert!(dir.path().join(REPORT_FILE).is_file());
     }
 
+    /// With a categories.csv (a run over TruthfulQA writes one), each category's
+    /// accuracy per method, counted from predictions.csv and the labels.
+    #[test]
+    fn accuracy_by_category() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, labels, _) = run(dir.path());
+        let mut csv = String::from("example_id,category\n");
+        for (n, id) in j.example_ids().iter().enumerate() {
+            csv.push_str(&format!("{id},{}\n", if n % 2 == 0 { "even" } else { "odd <i>" }));
+        }
+        std::fs::write(dir.path().join("categories.csv"), csv).unwrap();
+        let html =
+            render(&Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None }).unwrap();
+        assert!(html.contains("<section id=\"categories\""), "{html}");
+        let p = jury_io::read_predictions(&dir.path().join("predictions.csv")).unwrap();
+        let even: Vec<usize> = (0..j.n_examples()).step_by(2).collect();
+        let acc = jury_metrics::accuracy_on(&p.methods[0].labels, &labels, &even);
+        assert!(html.contains(&format!("<td>even</td><td>{}</td><td>{acc:.3}</td>", even.len())), "{html}");
+        assert!(html.contains("odd &lt;i&gt;"));
+    }
+
     /// The hardest examples (every judge wrong) appear with their text, escaped.
     #[test]
     fn hardest_examples_show_their_escaped_text() {

@@ -134,6 +134,17 @@ pub(crate) struct Page {
     pub(crate) slopes: Vec<SlopePlot>,
     pub(crate) hardest: Vec<Hard>,
     pub(crate) all_wrong: usize,
+    /// Accuracy by the data set's categories (a run's categories.csv), with the methods'
+    /// names as the columns.
+    pub(crate) category_methods: Vec<String>,
+    pub(crate) categories: Vec<CategoryRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct CategoryRow {
+    pub(crate) category: String,
+    pub(crate) labeled: usize,
+    pub(crate) accuracies: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -185,6 +196,35 @@ pub(crate) struct Hard {
     pub(crate) id: String,
     pub(crate) label: usize,
     pub(crate) text: Option<String>,
+}
+
+/// Each method's accuracy on each category's labeled examples, categories by name.
+fn by_category(
+    j: &Judgments,
+    labels: &Labels,
+    categories: &HashMap<String, String>,
+    predictions: &jury_io::Predictions,
+) -> (Vec<String>, Vec<CategoryRow>) {
+    let mut members: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
+    for (n, id) in j.example_ids().iter().enumerate() {
+        if let (Some(c), Some(_)) = (categories.get(id), labels.get(n)) {
+            members.entry(c).or_default().push(n);
+        }
+    }
+    let methods = predictions.methods.iter().map(|m| m.method.clone()).collect();
+    let rows = members
+        .into_iter()
+        .map(|(c, idx)| CategoryRow {
+            category: c.to_owned(),
+            labeled: idx.len(),
+            accuracies: predictions
+                .methods
+                .iter()
+                .map(|m| format!("{:.3}", jury_metrics::accuracy_on(&m.labels, labels, &idx)))
+                .collect(),
+        })
+        .collect();
+    (methods, rows)
 }
 
 /// Each judge's share of examples judged in both orders whose hard verdict (P(positive)
@@ -278,6 +318,11 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let confusion = confusion_rows(&metrics);
     let slopes = slope_plots(&metrics)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
+    let category_file = dir.join("categories.csv");
+    let (category_methods, categories) = match (labels, category_file.is_file()) {
+        (Some(l), true) => by_category(j, l, &jury_io::read_categories(&category_file)?, &predictions),
+        _ => (Vec::new(), Vec::new()),
+    };
     Ok(Page {
         title,
         facts,
@@ -292,6 +337,8 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         slopes,
         hardest,
         all_wrong,
+        category_methods,
+        categories,
     })
 }
 

@@ -31,6 +31,8 @@ const JUDGMENTS: &str = "judgments.csv";
 const LABELS: &str = "labels.csv";
 const FAILURES: &str = "failures.csv";
 const BY_ORDER: &str = "judgments_by_order.csv";
+/// Each example's category, when the data set has one (TruthfulQA).
+const CATEGORIES: &str = "categories.csv";
 const PROMPTS: &str = "prompts.jsonl";
 const CONTEXTS: &str = "contexts.csv";
 const RESOLVED: &str = "config.resolved.yaml";
@@ -42,7 +44,8 @@ const AGGREGATION: [&str; 3] =
 impl OutputLayout {
     /// Every file a run may write.
     pub fn names() -> Vec<&'static str> {
-        let mut v = vec![CACHE, JUDGMENTS, LABELS, FAILURES, BY_ORDER, PROMPTS, CONTEXTS, RESOLVED, MANIFEST];
+        let mut v =
+            vec![CACHE, JUDGMENTS, LABELS, FAILURES, BY_ORDER, PROMPTS, CONTEXTS, CATEGORIES, RESOLVED, MANIFEST];
         v.extend(AGGREGATION);
         v
     }
@@ -141,6 +144,15 @@ pub fn write_judging<A: Serialize>(
         }
     }
     write(layout.labels(), &labels)?;
+    if examples.iter().any(|e| e.category.is_some()) {
+        let mut categories = String::from("example_id,category\n");
+        for e in examples {
+            if let Some(c) = &e.category {
+                let _ = writeln!(categories, "{},{}", csv_field(&e.id), csv_field(c));
+            }
+        }
+        write(layout.out.staged(CATEGORIES), &categories)?;
+    }
     let mut failures = String::from("example_id,judge,reason\n");
     for j in &run.judges {
         for f in &j.results.failures {
@@ -340,6 +352,7 @@ mod tests {
                 ("question".into(), "What is the capital?".into()),
             ]),
             label: Some(1),
+            category: None,
         };
         assert_eq!(
             contexts_csv(std::slice::from_ref(&e), ContextStyle::Fields),

@@ -294,7 +294,7 @@ mod tests {
     use super::*;
 
     fn ex(id: &str) -> Example {
-        Example { id: id.into(), fields: BTreeMap::new(), label: Some(1) }
+        Example { id: id.into(), fields: BTreeMap::new(), label: Some(1), category: None }
     }
 
     #[test]
