@@ -54,7 +54,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let files = [OutputLayout::FILES[0], OutputLayout::FILES[1], jury_report::REPORT_FILE];
     let out = OutputDir::open(&args.out, owner, &files, args.force)?;
     write(&study, out.staging_dir(), &args.out)?;
-    crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), settings.contexts())?;
+    let texts = crate::report::read_texts(settings.contexts())?;
+    crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;
     out.publish()?;
     Ok(())
 }

@@ -49,18 +49,27 @@ pub(crate) fn run(args: Args) -> Result<()> {
         Some(p) => Some(jury_io::read_labels(&p, &judgments)?.0),
         None => None,
     };
-    let contexts = or_in(&args.dir, args.contexts, "contexts.csv");
-    write(&args.dir, &judgments, labels.as_ref(), contexts.as_deref())?;
+    let texts = read_texts(or_in(&args.dir, args.contexts, "contexts.csv").as_deref())?;
+    write(&args.dir, &judgments, labels.as_ref(), texts.as_ref())?;
     println!("wrote {}", args.dir.join(REPORT_FILE).display());
     Ok(())
 }
 
-/// Writes `dir/report.html` from the folder's files and these inputs.
-pub(crate) fn write(dir: &Path, judgments: &Judgments, labels: Option<&Labels>, contexts: Option<&Path>) -> Result<()> {
-    let texts: Option<HashMap<String, String>> = match contexts {
+/// The example texts of a contexts file, when one is named.
+pub(crate) fn read_texts(path: Option<&Path>) -> Result<Option<HashMap<String, String>>> {
+    Ok(match path {
         Some(p) => Some(jury_io::read_texts(p)?),
         None => None,
-    };
-    let inputs = Inputs { out_dir: dir, judgments, labels, contexts: texts.as_ref() };
+    })
+}
+
+/// Writes `dir/report.html` from the folder's files and these inputs.
+pub(crate) fn write(
+    dir: &Path,
+    judgments: &Judgments,
+    labels: Option<&Labels>,
+    texts: Option<&HashMap<String, String>>,
+) -> Result<()> {
+    let inputs = Inputs { out_dir: dir, judgments, labels, contexts: texts };
     jury_report::write(&inputs, dir).context("writing report.html")
 }

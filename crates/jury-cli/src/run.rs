@@ -80,8 +80,10 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     }
     let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
     Manifest::new(&exp, &run, dequantized, started.elapsed().as_secs_f64()).write(&layout)?;
-    let contexts = settings.contexts().map(std::path::Path::to_owned);
-    crate::report::write(layout.staging_dir(), &run.judgments, Some(&run.labels), contexts.as_deref())?;
+    // The page shows the hardest examples with their fields, as jury-v1's contexts join them.
+    let texts: std::collections::HashMap<String, String> =
+        run.examples.original.iter().map(|e| (e.id.clone(), jury_datasets::ContextStyle::Fields.text(e))).collect();
+    crate::report::write(layout.staging_dir(), &run.judgments, Some(&run.labels), Some(&texts))?;
     layout.publish()?;
     Ok(())
 }
