@@ -850,6 +850,32 @@ mod tests {
         assert_ne!(k0, key(&base), "new encoder weights");
     }
 
+    /// Fine-tuning with the paper recipe trains the encoder at the heads' learning rate
+    /// (one rate for every parameter, as the authors do); jury-v1 at its own 2e-5.
+    #[test]
+    fn the_paper_recipe_fine_tunes_everything_at_one_learning_rate() {
+        let opts = |recipe| NeuralOptions {
+            encoder_dir: "e".into(),
+            finetune: true,
+            device: ComputeDevice::Cpu,
+            dev_size: 1,
+            seeds: 1,
+            first_seed: 0,
+            max_tokens: 8,
+            split_fields: false,
+            epochs: 1,
+            lambdas: vec![0.1],
+            hidden: 0,
+            lr: 1e-4,
+            batch: 8,
+            cache_dir: "c".into(),
+            skill_init: SkillInit::Uniform(0.7),
+            recipe,
+        };
+        assert_eq!(encoder_lr(&opts(Recipe::Paper)), 1e-4);
+        assert_eq!(encoder_lr(&opts(Recipe::JuryV1)), FINETUNE_ENCODER_LR);
+    }
+
     /// The paper recipe takes the later epoch when the dev set ties; jury-v1 keeps the
     /// earlier one.
     #[test]
