@@ -163,6 +163,26 @@ pub struct TrainConfig {
     pub judge_skills: Option<Vec<(f64, f64)>>,
 }
 
+/// Bounds of a starting skill: a judge estimated perfect (or always wrong) by
+/// Dawid-Skene would otherwise start where no gradient moves it.
+pub(crate) const START_SKILL_BOUNDS: (f64, f64) = (0.01, 0.99);
+
+impl TrainConfig {
+    /// The per-judge starting (p0, p1), checked (one per judge, numbers) and clamped to
+    /// [0.01, 0.99]; `None` when every judge starts at `skill_init`.
+    pub(crate) fn start_skills(&self, k: usize) -> Result<Option<Vec<(f64, f64)>>, crate::NeuralError> {
+        let Some(skills) = &self.judge_skills else { return Ok(None) };
+        if skills.len() != k {
+            return Err(crate::NeuralError::Setting(format!("{} starting skills for {k} judges", skills.len())));
+        }
+        if let Some((j, _)) = skills.iter().enumerate().find(|(_, (p0, p1))| !(p0.is_finite() && p1.is_finite())) {
+            return Err(crate::NeuralError::Setting(format!("judge {j}: starting skill is not a number")));
+        }
+        let (lo, hi) = START_SKILL_BOUNDS;
+        Ok(Some(skills.iter().map(|&(p0, p1)| (p0.clamp(lo, hi), p1.clamp(lo, hi))).collect()))
+    }
+}
+
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {

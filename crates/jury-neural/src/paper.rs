@@ -31,9 +31,6 @@ use crate::skill::{JuryData, tensors};
 /// Bounds of a predicted judge output (the authors' clamp).
 const OUTPUT_BOUNDS: (f64, f64) = (1e-4, 1.0 - 1e-4);
 
-/// Bounds of a starting skill from per-judge estimates.
-const START_BOUNDS: (f64, f64) = (0.01, 0.99);
-
 /// How the judges are modelled, per method.
 enum Judges {
     /// Train-on-MV: none.
@@ -222,18 +219,11 @@ impl PaperModel {
 /// Starting raw weights [w0 of every judge, then w1 of every judge]: P(b=1|c=0) =
 /// 1 - skill_init and P(b=1|c=1) = skill_init, or per judge from (p0, p1) estimates.
 fn start_weights(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
-    let Some(skills) = &cfg.judge_skills else {
+    let Some(skills) = cfg.start_skills(k)? else {
         let p = cfg.skill_init as f32;
         return Ok(std::iter::repeat_n(1.0 - p, k).chain(std::iter::repeat_n(p, k)).collect());
     };
-    if skills.len() != k {
-        return Err(NeuralError::Setting(format!("{} starting skills for {k} judges", skills.len())));
-    }
-    if let Some((j, _)) = skills.iter().enumerate().find(|(_, (p0, p1))| !(p0.is_finite() && p1.is_finite())) {
-        return Err(NeuralError::Setting(format!("judge {j}: starting skill is not a number")));
-    }
-    let at = |p: f64| p.clamp(START_BOUNDS.0, START_BOUNDS.1) as f32;
-    Ok(skills.iter().map(|s| 1.0 - at(s.0)).chain(skills.iter().map(|s| at(s.1))).collect())
+    Ok(skills.iter().map(|s| 1.0 - s.0 as f32).chain(skills.iter().map(|s| s.1 as f32)).collect())
 }
 
 /// Trains one model with the paper recipe; `on_epoch(epoch, mean_loss, &model)` runs

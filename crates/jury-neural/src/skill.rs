@@ -41,22 +41,10 @@ fn logit(p: f64) -> f32 {
     (p / (1.0 - p)).ln() as f32
 }
 
-/// Bounds of a starting skill: a judge estimated perfect (or always wrong) by
-/// Dawid-Skene would otherwise start at an infinite logit that no gradient moves.
-const START_SKILL_BOUNDS: (f64, f64) = (0.01, 0.99);
-
 /// The skill bias's starting logits, [p0 of every judge, then p1 of every judge].
 fn start_logits(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
-    let Some(skills) = &cfg.judge_skills else { return Ok(vec![logit(cfg.skill_init); 2 * k]) };
-    if skills.len() != k {
-        return Err(NeuralError::Setting(format!("{} starting skills for {k} judges", skills.len())));
-    }
-    if let Some((j, _)) = skills.iter().enumerate().find(|(_, (p0, p1))| !(p0.is_finite() && p1.is_finite())) {
-        return Err(NeuralError::Setting(format!("judge {j}: starting skill is not a number")));
-    }
-    let (lo, hi) = START_SKILL_BOUNDS;
-    let at = |p: f64| logit(p.clamp(lo, hi));
-    Ok(skills.iter().map(|s| at(s.0)).chain(skills.iter().map(|s| at(s.1))).collect())
+    let Some(skills) = cfg.start_skills(k)? else { return Ok(vec![logit(cfg.skill_init); 2 * k]) };
+    Ok(skills.iter().map(|s| logit(s.0)).chain(skills.iter().map(|s| logit(s.1))).collect())
 }
 
 impl SkillModel {
@@ -316,7 +304,7 @@ mod tests {
         let m = SkillModel::new(x.dim(1).unwrap(), 2, &cfg, &mut head::rng(0), &Device::Cpu).unwrap();
         let (p0, p1) = m.skills(&Tensor::zeros((1, x.dim(1).unwrap()), DType::F32, &Device::Cpu).unwrap()).unwrap();
         let got: Vec<f32> = Tensor::cat(&[p0, p1], 1).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        for (g, want) in got.iter().zip([0.9, 0.3, 0.6, START_SKILL_BOUNDS.1]) {
+        for (g, want) in got.iter().zip([0.9, 0.3, 0.6, crate::config::START_SKILL_BOUNDS.1]) {
             assert!((*g as f64 - want).abs() < 1e-5, "{got:?}");
         }
         let wrong = TrainConfig { judge_skills: Some(vec![(0.9, 0.9)]), ..cfg };
