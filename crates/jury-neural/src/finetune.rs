@@ -23,6 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::adamw::FusedAdamW;
 use crate::config::Recipe;
+use crate::head::ContextModel;
 use crate::paper::PaperModel;
 use crate::skill::{JuryData, Method, SkillModel, TrainConfig, tensors};
 use crate::{ComputeDevice, Encoder, NeuralError};
@@ -84,80 +85,12 @@ impl Checkpoint {
     }
 }
 
-/// A head trained on top of the encoder: jury-v1's [`SkillModel`] or the paper
-/// recipe's [`PaperModel`].
-trait TrainHead {
-    fn vars(&self) -> Vec<Var>;
-    /// One batch's loss; `rng` draws its dropout masks.
-    fn loss(
-        &self,
-        x: &Tensor,
-        y: &Tensor,
-        mask: &Tensor,
-        lambda: f64,
-        rng: &mut ChaCha8Rng,
-    ) -> Result<Tensor, NeuralError>;
-    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError>;
-    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
-    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
-}
-
-impl TrainHead for SkillModel {
-    fn vars(&self) -> Vec<Var> {
-        SkillModel::vars(self)
-    }
-    fn loss(
-        &self,
-        x: &Tensor,
-        y: &Tensor,
-        mask: &Tensor,
-        lambda: f64,
-        _: &mut ChaCha8Rng,
-    ) -> Result<Tensor, NeuralError> {
-        SkillModel::loss(self, x, y, mask, lambda)
-    }
-    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        SkillModel::posterior(self, x, y, mask)
-    }
-    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        SkillModel::prior(self, x)
-    }
-    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        SkillModel::slopes(self, x)
-    }
-}
-
-impl TrainHead for PaperModel {
-    fn vars(&self) -> Vec<Var> {
-        PaperModel::vars(self)
-    }
-    fn loss(
-        &self,
-        x: &Tensor,
-        y: &Tensor,
-        mask: &Tensor,
-        lambda: f64,
-        rng: &mut ChaCha8Rng,
-    ) -> Result<Tensor, NeuralError> {
-        PaperModel::loss(self, x, y, mask, lambda, rng)
-    }
-    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        PaperModel::posterior(self, x, y, mask)
-    }
-    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        PaperModel::prior(self, x)
-    }
-    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        PaperModel::slopes(self, x)
-    }
-}
-
 /// What trains and is checkpointed: the encoder's variables, the head, and their
 /// optimisers (the encoder's over its variables in name order, so a saved state lines up
 /// with them in every process, whatever `VarMap`'s hash order).
 struct Trainee<'a> {
     varmap: &'a mut VarMap,
-    head: &'a dyn TrainHead,
+    head: &'a dyn ContextModel,
     enc_opt: FusedAdamW,
     head_opt: FusedAdamW,
 }
@@ -285,7 +218,7 @@ pub fn train(
     let weights = encoder_dir.join("model.safetensors");
     varmap.load(&weights)?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let head: Box<dyn TrainHead> = match cfg.recipe {
+    let head: Box<dyn ContextModel> = match cfg.recipe {
         Recipe::Paper => Box::new(PaperModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?),
         Recipe::JuryV1 => Box::new(SkillModel::new(frozen.hidden_size(), jury.k, cfg, &mut rng, &dev)?),
     };

@@ -112,6 +112,64 @@ impl JudgeLogits {
     }
 }
 
+/// A trained context model as its callers read and train it: jury-v1's binary and
+/// multi-class models and the paper recipe's, behind one interface (the frozen study
+/// scores epochs through it, fine-tuning trains the encoder under it).
+pub(crate) trait ContextModel {
+    /// The trainable tensors, in checkpoint order.
+    fn vars(&self) -> Vec<Var>;
+    /// One batch's loss; `rng` draws dropout masks (models without dropout ignore it).
+    fn loss(
+        &self,
+        x: &Tensor,
+        y: &Tensor,
+        mask: &Tensor,
+        lambda: f64,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Tensor, NeuralError>;
+    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError>;
+    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
+    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
+}
+
+/// [`ContextModel`] for a model whose own methods have these names; `$loss` adapts its
+/// `loss` to the trait's (with or without the dropout generator).
+macro_rules! context_model {
+    ($model:ty, |$m:ident, $x:ident, $y:ident, $mask:ident, $lambda:ident, $rng:ident| $loss:expr) => {
+        impl $crate::head::ContextModel for $model {
+            fn vars(&self) -> Vec<candle_core::Var> {
+                <$model>::vars(self)
+            }
+            fn loss(
+                &self,
+                $x: &candle_core::Tensor,
+                $y: &candle_core::Tensor,
+                $mask: &candle_core::Tensor,
+                $lambda: f64,
+                $rng: &mut rand_chacha::ChaCha8Rng,
+            ) -> Result<candle_core::Tensor, $crate::NeuralError> {
+                let $m = self;
+                $loss
+            }
+            fn posterior(
+                &self,
+                x: &candle_core::Tensor,
+                y: &candle_core::Tensor,
+                mask: &candle_core::Tensor,
+            ) -> Result<Vec<f32>, $crate::NeuralError> {
+                <$model>::posterior(self, x, y, mask)
+            }
+            fn prior(&self, x: &candle_core::Tensor) -> Result<Vec<f32>, $crate::NeuralError> {
+                <$model>::prior(self, x)
+            }
+            fn slopes(&self, x: &candle_core::Tensor) -> Result<Vec<f32>, $crate::NeuralError> {
+                <$model>::slopes(self, x)
+            }
+        }
+    };
+}
+pub(crate) use context_model;
+
 /// Mini-batch AdamW (`adamw`'s fused in-place form of candle's update, eps
 /// `cfg.adam_eps`, the learning rate `cfg.lr` moved per step by `cfg.schedule`) over
 /// `cfg.epochs` epochs, batches drawn from `rng` in a shuffled order; `loss(x, y, mask,

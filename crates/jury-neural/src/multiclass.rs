@@ -144,6 +144,8 @@ impl MultiModel {
     }
 }
 
+head::context_model!(MultiModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask, lambda));
+
 /// Training tensors: judge distributions [n, K, C] (Train-on-MV: the one-hot majority
 /// vote of the available judges' argmax votes [n, C], ties to the lowest class) and the
 /// mask [n, K].

@@ -216,6 +216,8 @@ impl PaperModel {
     }
 }
 
+head::context_model!(PaperModel, |m, x, y, mask, lambda, rng| m.loss(x, y, mask, lambda, rng));
+
 /// Starting raw weights [w0 of every judge, then w1 of every judge]: P(b=1|c=0) =
 /// 1 - skill_init and P(b=1|c=1) = skill_init, or per judge from (p0, p1) estimates.
 fn start_weights(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
@@ -245,27 +247,7 @@ pub fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
-
-    /// A jury with known skills on a context that predicts the label (as skill.rs's
-    /// tests): x = (2c - 1 + noise, noise...), hard votes, 10% missing.
-    fn jury(n: usize, skills: &[(f64, f64)], seed: u64) -> (Tensor, Vec<f32>, Vec<bool>, Vec<usize>) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let h = 6;
-        let (mut x, mut y, mut present, mut labels) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..n {
-            let c = usize::from(rng.random::<f64>() < 0.5);
-            labels.push(c);
-            x.push((2.0 * c as f64 - 1.0 + rng.random::<f64>() - 0.5) as f32);
-            x.extend((1..h).map(|_| (rng.random::<f64>() - 0.5) as f32));
-            for &(p0, p1) in skills {
-                let correct = rng.random::<f64>() < if c == 1 { p1 } else { p0 };
-                y.push(if correct { c as f32 } else { 1.0 - c as f32 });
-                present.push(rng.random::<f64>() >= 0.1);
-            }
-        }
-        (Tensor::from_vec(x, (n, h), &Device::Cpu).unwrap(), y, present, labels)
-    }
+    use crate::skill::tests::jury;
 
     fn cfg(method: Method) -> TrainConfig {
         let recipe = crate::Recipe::Paper;

@@ -135,6 +135,8 @@ impl SkillModel {
     }
 }
 
+head::context_model!(SkillModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask, lambda));
+
 /// Tensors for training: contexts [n, h], targets [n, k] (Train-on-MV: [n, 1] majority
 /// vote) and mask [n, k].
 pub fn tensors(x: &Tensor, jury: &JuryData, method: Method) -> Result<(Tensor, Tensor, Tensor), NeuralError> {
@@ -179,14 +181,14 @@ pub fn train(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::DType;
     use rand::{Rng, SeedableRng};
 
     /// A jury with known skills on a context that predicts the label: x = (2c - 1 + noise,
     /// noise...). Judges vote hard with P(b=0|c=0) = p0, P(b=1|c=1) = p1; 10% missing.
-    fn jury(n: usize, skills: &[(f64, f64)], seed: u64) -> (Tensor, Vec<f32>, Vec<bool>, Vec<usize>) {
+    pub(crate) fn jury(n: usize, skills: &[(f64, f64)], seed: u64) -> (Tensor, Vec<f32>, Vec<bool>, Vec<usize>) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let h = 6;
         let (mut x, mut y, mut present, mut labels) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

@@ -18,6 +18,7 @@ use jury_metrics::Split;
 
 use crate::embed_cache::{EmbedSetup, embed_cached};
 use crate::finetune::{self, FinetuneConfig, Phase};
+use crate::head::ContextModel;
 use crate::skill::{self, JuryData};
 use crate::{ComputeDevice, ENCODER_REVISION, Method, NeuralError, Recipe, TrainConfig, multiclass, paper};
 
@@ -658,7 +659,7 @@ impl Trial<'_> {
         s: &Shared,
         best: &mut Option<Pick>,
         epoch: (usize, Option<f64>),
-        head: &dyn Head,
+        head: &dyn ContextModel,
     ) -> Result<(), NeuralError> {
         let x = &s.x;
         self.consider(s, best, epoch, head.posterior(x, &s.yt, &s.mt)?, || {
@@ -668,32 +669,6 @@ impl Trial<'_> {
         })
     }
 }
-
-/// What a trained head is read for: the binary and the multi-class heads alike.
-trait Head {
-    fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError>;
-    fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
-    fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError>;
-}
-
-macro_rules! head {
-    ($model:ty) => {
-        impl Head for $model {
-            fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-                <$model>::posterior(self, x, y, mask)
-            }
-            fn slopes(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
-                <$model>::slopes(self, x)
-            }
-            fn prior(&self, x: &Tensor) -> Result<Vec<f32>, NeuralError> {
-                <$model>::prior(self, x)
-            }
-        }
-    };
-}
-head!(skill::SkillModel);
-head!(paper::PaperModel);
-head!(multiclass::MultiModel);
 
 fn train_frozen(s: &Shared, trial: &Trial, best: &mut Option<Pick>) -> Result<(), NeuralError> {
     let cfg = s.config(trial.method, trial.seed, trial.lambda);
