@@ -132,37 +132,42 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     let (a, b) = (llama_server(&qwen_gguf(), 1, 2), llama_server(&qwen_gguf(), 1, 2));
     // A third juror asks the same servers in chat-generate mode (what a hosted API
     // without prefill gets): no tokenizer, the verdict read after the generated `[[`;
-    // it has a prompt of its own (a variant of the experiment's).
+    // it has a prompt of its own (a variant of the experiment's). A fourth sends the
+    // token sequence as text (mode `text`, for servers that take no token ids).
     let variant = dir.path().join("variant.yaml");
     let base = fs::read_to_string(repo_root().join("prompts/demo-facts.yaml")).unwrap();
     fs::write(&variant, base.replace("You are a careful fact checker.", "You check facts for an encyclopedia."))
         .unwrap();
     let judges = format!(
-        "  - name: local-qwen\n    gguf: {}\n{}  - name: chat-qwen\n    prompt: {}\n    server: {{base_urls: [\"{}\"], model: qwen, mode: chat-generate, top_logprobs: 20}}\n",
+        "  - name: local-qwen\n    gguf: {}\n{}  - name: chat-qwen\n    prompt: {}\n    server: {{base_urls: [\"{}\"], model: qwen, mode: chat-generate, top_logprobs: 20}}\n{}",
         qwen_gguf().display(),
         server_judge("server-qwen", &[a.url(), b.url()], "      top_logprobs: 100\n"),
         variant.display(),
-        a.url()
+        a.url(),
+        server_judge("text-qwen", &[b.url()], "      top_logprobs: 100\n      mode: text\n"),
     );
     let n = 24;
     let cfg = experiment(dir.path(), n, &judges, None);
     run_ok(&cfg);
     let j = judgments(dir.path());
     let toks = prompts(dir.path());
-    let mut close = 0;
     let ids: Vec<String> = j.keys().filter(|(_, judge)| judge == "local-qwen").map(|(e, _)| e.clone()).collect();
     assert_eq!(ids.len(), n);
-    for id in &ids {
-        let local = &toks[&("local-qwen".to_owned(), id.clone())];
-        let server = &toks[&("server-qwen".to_owned(), id.clone())];
-        assert_eq!(local, server, "example {id}: the two judges rendered different token sequences");
-        let (pl, ps) =
-            (j[&(id.clone(), "local-qwen".into())].0.unwrap(), j[&(id.clone(), "server-qwen".into())].0.unwrap());
-        if (pl - ps).abs() <= 0.03 {
-            close += 1;
+    for juror in ["server-qwen", "text-qwen"] {
+        let mut close = 0;
+        for id in &ids {
+            let local = &toks[&("local-qwen".to_owned(), id.clone())];
+            let server = &toks[&(juror.to_owned(), id.clone())];
+            assert_eq!(local, server, "example {id}: {juror} rendered another token sequence");
+            let (pl, ps) =
+                (j[&(id.clone(), "local-qwen".into())].0.unwrap(), j[&(id.clone(), juror.into())].0.unwrap());
+            if (pl - ps).abs() <= 0.03 {
+                close += 1;
+            }
         }
+        assert!(close * 10 >= n * 9, "{juror}: only {close} of {n} examples within 0.03");
     }
-    assert!(close * 10 >= n * 9, "only {close} of {n} examples within 0.03");
+    assert_eq!(judge_entry(dir.path(), "text-qwen")["server"]["mode"], "text");
     let m = judge_entry(dir.path(), "server-qwen");
     let servers = m["server"]["stats"]["servers"].as_array().unwrap();
     assert!(servers.iter().all(|s| s["ok"].as_u64().unwrap() > 0), "both servers took requests: {servers:?}");

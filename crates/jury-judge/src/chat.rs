@@ -101,6 +101,13 @@ impl ChatTokenizer {
         Ok(self.tokenizer.encode_fast(text, true).map_err(|e| e.to_string())?.get_ids().to_vec())
     }
 
+    /// The text of token ids, special tokens written out (a prompt for servers that take
+    /// text only; re-encoding it gives the ids back for the tokenizers this project
+    /// meets, and the server's token count checks that).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.tokenizer.decode(ids, false).map_err(|e| e.to_string())
+    }
+
     /// Token ids of a piece of text without special tokens (the answer prefix, verdict
     /// words).
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, String> {
@@ -145,22 +152,7 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn word_level_dir(template: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let tok = serde_json::json!({
-            "version": "1.0", "truncation": null, "padding": null,
-            "added_tokens": [{"id": 0, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false,
-                              "normalized": false, "special": true}],
-            "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
-            "model": {"type": "WordLevel", "vocab": {"<s>": 0, "<unk>": 1, "sys": 2, "hi": 3, "Yes": 4, "[[": 5,
-                      "S:": 6, "U:": 7, "A:": 8}, "unk_token": "<unk>"}
-        });
-        std::fs::write(dir.path().join("tokenizer.json"), tok.to_string()).unwrap();
-        let cfg = serde_json::json!({"chat_template": template, "bos_token": {"content": "<s>"}, "eos_token": "</s>"});
-        std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
-        dir
-    }
+    use crate::testutil::word_level_dir;
 
     #[test]
     fn renders_turns_with_the_generation_prompt_and_encodes_them() {

@@ -23,6 +23,8 @@ mod pool;
 mod render;
 mod server;
 mod template;
+#[cfg(test)]
+mod testutil;
 
 pub use backend::{AnyJudge, Prompt};
 pub use chat::{ChatTokenizer, ChatTokenizerError};

@@ -472,30 +472,8 @@ fn describe(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use crate::testutil::scripted;
     use std::net::TcpListener;
-
-    /// A test double: a loopback HTTP server answering each connection from a script of
-    /// (status, headers, body), then 200 with `ok` forever.
-    fn scripted(script: Vec<(u16, &'static str, &'static str)>) -> (String, std::thread::JoinHandle<()>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let handle = std::thread::spawn(move || {
-            let mut script = script.into_iter();
-            for stream in listener.incoming().take(20) {
-                let Ok(mut stream) = stream else { break };
-                let mut buf = [0u8; 8192];
-                let _ = stream.read(&mut buf);
-                let (status, headers, body) = script.next().unwrap_or((200, "", "ok"));
-                let resp = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(resp.as_bytes());
-            }
-        });
-        (url, handle)
-    }
 
     fn fast() -> PoolConfig {
         PoolConfig {

@@ -1,13 +1,19 @@
 //! A judge on OpenAI-compatible inference servers (vLLM, SGLang, llama.cpp's
 //! llama-server, mistral.rs's server, Ollama, hosted APIs), over HTTP.
 //!
-//! Three ways to ask, one per kind of server (`ServerMode`):
+//! Four ways to ask, one per kind of server (`ServerMode`):
 //! - `tokens` (a tokenizer directory is given): the exact token ids the in-process
 //!   judge renders (same chat template, turns, generation prompt, answer prefix and
 //!   truncation rule) go to `/v1/completions` as `prompt: [ids]`, one token generated,
 //!   with `logprobs: k`, vLLM's `logprob_token_ids` (the verdict ids' exact
 //!   log-probabilities; SGLang's `token_ids_logprob` likewise) and
 //!   `return_tokens_as_token_ids`; verdict tokens are matched by id.
+//! - `text` (a tokenizer directory is given; servers whose completions endpoint takes a
+//!   string only: mistral.rs's server, Ollama): the same token sequence, decoded to its
+//!   text with special tokens written out, to `/v1/completions` as `prompt: "..."`, one
+//!   token, `logprobs: k`; the server's `usage.prompt_tokens` must equal the
+//!   sequence's length (else the example fails with both counts), so the server ran the
+//!   same number of tokens; verdict tokens are matched by text.
 //! - `chat-prefill` (no tokenizer; the server continues a final assistant message):
 //!   `/v1/chat/completions` with the assistant turn set to the answer prefix,
 //!   `continue_final_message: true, add_generation_prompt: false` (vLLM's fields), one
@@ -38,6 +44,9 @@ use crate::{JudgeError, Template, Verdict};
 pub enum ServerMode {
     /// Token ids to `/v1/completions` (needs a tokenizer).
     Tokens,
+    /// The token sequence's text to `/v1/completions`, its token count checked (needs a
+    /// tokenizer).
+    Text,
     /// Chat completions with the assistant turn prefilled with the answer prefix.
     ChatPrefill,
     /// Chat completions, a few tokens generated, read after the answer prefix.
@@ -45,9 +54,15 @@ pub enum ServerMode {
 }
 
 impl ServerMode {
+    /// Whether prompts are the in-process judge's token sequences (`tokens`, `text`).
+    pub fn renders_tokens(self) -> bool {
+        matches!(self, ServerMode::Tokens | ServerMode::Text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ServerMode::Tokens => "tokens",
+            ServerMode::Text => "text",
             ServerMode::ChatPrefill => "chat-prefill",
             ServerMode::ChatGenerate => "chat-generate",
         }
@@ -117,8 +132,8 @@ impl ServerJudge {
         let err = |reason: String| JudgeError::Load { judge: cfg.name.clone(), reason };
         let mode =
             cfg.mode.unwrap_or(if cfg.tokenizer.is_some() { ServerMode::Tokens } else { ServerMode::ChatPrefill });
-        if mode == ServerMode::Tokens && cfg.tokenizer.is_none() {
-            return Err(err("mode `tokens` needs a `tokenizer` directory".into()));
+        if mode.renders_tokens() && cfg.tokenizer.is_none() {
+            return Err(err(format!("mode `{}` needs a `tokenizer` directory", mode.as_str())));
         }
         let tokenizer = match &cfg.tokenizer {
             Some(dir) => Some(ChatTokenizer::load(dir).map_err(|e| err(e.to_string()))?),
@@ -131,8 +146,12 @@ impl ServerJudge {
         }
         let api = if all_v1 { "" } else { "/v1" };
         let pool = Pool::new(&cfg.base_urls, cfg.api_key.clone(), cfg.pool.clone()).map_err(err)?;
-        let (prefix, positive, negative, tie) = match &tokenizer {
-            Some(tok) => {
+        let prefix = match &tokenizer {
+            Some(tok) => tok.encode_text(&template.answer_prefix).map_err(err)?,
+            None => Vec::new(),
+        };
+        let (positive, negative, tie) = match &tokenizer {
+            Some(tok) if mode == ServerMode::Tokens => {
                 let ids = |word: &str| -> Result<VariantSet, JudgeError> {
                     let mut ids = Vec::new();
                     for v in word_variants(word) {
@@ -148,14 +167,9 @@ impl ServerJudge {
                     Ok(VariantSet::Ids(ids))
                 };
                 let tie = template.tie.as_deref().map(ids).transpose()?;
-                (
-                    tok.encode_text(&template.answer_prefix).map_err(err)?,
-                    ids(&template.positive)?,
-                    ids(&template.negative)?,
-                    tie,
-                )
+                (ids(&template.positive)?, ids(&template.negative)?, tie)
             }
-            None => {
+            _ => {
                 let texts = |w: &str| {
                     let mut v: Vec<String> = Vec::new();
                     for t in word_variants(w) {
@@ -165,7 +179,7 @@ impl ServerJudge {
                     }
                     VariantSet::Texts(v)
                 };
-                (Vec::new(), texts(&template.positive), texts(&template.negative), template.tie.as_deref().map(texts))
+                (texts(&template.positive), texts(&template.negative), template.tie.as_deref().map(texts))
             }
         };
         let mut judge = Self {
@@ -244,14 +258,27 @@ impl ServerJudge {
         JudgeError::Load { judge: self.cfg.name.clone(), reason }
     }
 
-    /// One request on the answer prefix alone: the server accepts the model name, the
-    /// key and the number of log-probabilities asked for, and returns them.
+    /// One request: the server accepts the model name, the key and the number of
+    /// log-probabilities asked for, and returns them. In `text` mode the probe is a
+    /// whole rendered prompt whose token count is checked, so a server that tokenises
+    /// the text differently fails here, before any example.
     async fn probe(&self) -> Result<(), JudgeError> {
-        let prompt = match self.mode {
-            ServerMode::Tokens => ServerPrompt::Tokens(self.prefix.clone()),
-            _ => ServerPrompt::Chat { system: "probe".into(), user: "Say Yes.".into() },
+        let asked = match (self.mode, &self.tokenizer) {
+            (ServerMode::Text, Some(tok)) => {
+                let text = tok.render("probe", "Say Yes.").map_err(|e| self.load_err(e))?;
+                let mut ids = tok.encode_prompt(&text).map_err(|e| self.load_err(e))?;
+                ids.extend_from_slice(&self.prefix);
+                self.ask_example("probe", &ServerPrompt::Tokens(ids)).await.map(|_| ())
+            }
+            (ServerMode::Tokens, _) => {
+                self.request("probe", &ServerPrompt::Tokens(self.prefix.clone())).await.map(|_| ())
+            }
+            _ => {
+                let prompt = ServerPrompt::Chat { system: "probe".into(), user: "Say Yes.".into() };
+                self.request("probe", &prompt).await.map(|_| ())
+            }
         };
-        self.request("probe", &prompt).await.map(|_| ()).map_err(|e| match e {
+        asked.map_err(|e| match e {
             JudgeError::Rejected { reason, .. } | JudgeError::Example { reason, .. } => {
                 self.load_err(format!("the probe request failed: {reason}"))
             }
@@ -309,7 +336,7 @@ impl ServerJudge {
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
         match &self.tokenizer {
-            Some(tok) if self.mode == ServerMode::Tokens => {
+            Some(tok) if self.mode.renders_tokens() => {
                 let mut fields = fields.clone();
                 let mut truncated = false;
                 for _ in 0..MAX_CUTS {
@@ -334,7 +361,7 @@ impl ServerJudge {
         }
     }
 
-    fn request_body(&self, prompt: &ServerPrompt) -> (String, serde_json::Value) {
+    fn request_body(&self, prompt: &ServerPrompt) -> Result<(String, serde_json::Value), String> {
         let k = self.cfg.top_logprobs;
         let named: Vec<u32> = {
             let (mut p, n, t) = self.verdict_ids();
@@ -344,7 +371,15 @@ impl ServerJudge {
         };
         // The prompt's form picks the endpoint (token prompts are rendered in tokens
         // mode only); the mode picks prefill or generation for chat prompts.
-        match prompt {
+        Ok(match prompt {
+            ServerPrompt::Tokens(ids) if self.mode == ServerMode::Text => {
+                let tok = self.tokenizer.as_ref().ok_or("mode `text` needs a tokenizer")?;
+                let body = json!({
+                    "model": self.cfg.model, "prompt": tok.decode(ids)?, "max_tokens": 1, "temperature": 0.0,
+                    "logprobs": k,
+                });
+                (format!("{}/completions", self.api), body)
+            }
             ServerPrompt::Tokens(ids) => {
                 let mut body = json!({
                     "model": self.cfg.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
@@ -372,18 +407,23 @@ impl ServerJudge {
                 body["messages"] = json!(messages);
                 (format!("{}/chat/completions", self.api), body)
             }
-        }
+        })
     }
 
-    /// Sends one prompt and returns the first choice's `logprobs`. An answer whose
+    /// Sends one prompt and returns the first choice's `logprobs` and the answer's
+    /// `usage.prompt_tokens` when given. An answer whose
     /// log-probabilities hold vLLM's placeholder (see [`is_degraded`]) is asked again
     /// after a backoff, up to `retries` times.
-    async fn request(&self, example: &str, prompt: &ServerPrompt) -> Result<serde_json::Value, JudgeError> {
+    async fn request(
+        &self,
+        example: &str,
+        prompt: &ServerPrompt,
+    ) -> Result<(serde_json::Value, Option<u64>), JudgeError> {
         let mut degraded = 0;
         loop {
-            let logprobs = self.request_once(example, prompt).await?;
+            let (logprobs, prompt_tokens) = self.request_once(example, prompt).await?;
             if !is_degraded(&logprobs) {
-                return Ok(logprobs);
+                return Ok((logprobs, prompt_tokens));
             }
             degraded += 1;
             self.pool.note_retry();
@@ -398,10 +438,14 @@ impl ServerJudge {
         }
     }
 
-    async fn request_once(&self, example: &str, prompt: &ServerPrompt) -> Result<serde_json::Value, JudgeError> {
+    async fn request_once(
+        &self,
+        example: &str,
+        prompt: &ServerPrompt,
+    ) -> Result<(serde_json::Value, Option<u64>), JudgeError> {
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
-        let (path, body) = self.request_body(prompt);
+        let (path, body) = self.request_body(prompt).map_err(ex_err)?;
         let bytes = serde_json::to_vec(&body).map_err(|e| ex_err(e.to_string()))?;
         let resp = self.pool.post(&path, &bytes).await.map_err(|e| match e {
             PoolError::Rejected { .. } => JudgeError::Rejected {
@@ -416,6 +460,7 @@ impl ServerJudge {
         })?;
         let mut v: serde_json::Value =
             serde_json::from_slice(&resp).map_err(|e| ex_err(format!("the server's answer is not JSON: {e}")))?;
+        let prompt_tokens = v.pointer("/usage/prompt_tokens").and_then(|n| n.as_u64());
         let logprobs = v
             .get_mut("choices")
             .and_then(|c| c.get_mut(0))
@@ -423,13 +468,25 @@ impl ServerJudge {
             .get_mut("logprobs")
             .filter(|l| !l.is_null())
             .ok_or_else(|| ex_err("the answer has no logprobs (does the server return them?)".into()))?;
-        Ok(logprobs.take())
+        Ok((logprobs.take(), prompt_tokens))
     }
 
     async fn ask_example(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
-        let logprobs = &self.request(example, prompt).await?;
+        let (logprobs, prompt_tokens) = &self.request(example, prompt).await?;
+        if let (ServerMode::Text, ServerPrompt::Tokens(ids)) = (self.mode, prompt)
+            && *prompt_tokens != Some(ids.len() as u64)
+        {
+            return Err(ex_err(match prompt_tokens {
+                Some(n) => format!(
+                    "the server read the prompt's text as {n} tokens, the rendering has {} (another tokenizer, \
+                     or special tokens added twice): use mode `tokens` or the server's own tokenizer",
+                    ids.len()
+                ),
+                None => "the answer has no usage.prompt_tokens, so mode `text` cannot check the prompt".into(),
+            }));
+        }
         let pos = match self.mode {
             ServerMode::ChatGenerate => self.position_after_prefix(logprobs).ok_or_else(|| {
                 ex_err(format!("the generated text never reached the answer prefix `{}`", self.template.answer_prefix))
@@ -502,6 +559,52 @@ impl Default for ServerJudgeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{scripted, word_level_dir};
+
+    /// A `text`-mode judge over a scripted server whose answers report `prompt_tokens`
+    /// for the probe (the rendered probe has 8 tokens: `<s> S: <unk> U: <unk> <unk> A: [[`).
+    fn text_judge(prompt_tokens: usize) -> Result<ServerJudge, JudgeError> {
+        let dir = word_level_dir(
+            "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}S: {{ m.content }} \
+             {% else %}U: {{ m.content }} {% endif %}{% endfor %}A:",
+        );
+        let models = r#"{"data": [{"id": "m", "owned_by": "stub"}]}"#;
+        let answer = format!(
+            r#"{{"choices": [{{"logprobs": {{"content": [{{"token": "Yes", "logprob": -0.1,
+                "top_logprobs": [{{"token": "Yes", "logprob": -0.1}}, {{"token": "No", "logprob": -2.4}}]}}]}}}}],
+                "usage": {{"prompt_tokens": {prompt_tokens}}}}}"#
+        );
+        let (url, _h) = scripted(vec![(200, "", models), (200, "", answer.leak())]);
+        let template = Template {
+            task: "t".into(),
+            system: "sys".into(),
+            user: "{q}".into(),
+            answer_prefix: "[[".into(),
+            positive: "Yes".into(),
+            negative: "No".into(),
+            tie: None,
+            source_text: String::new(),
+        };
+        let cfg = ServerJudgeConfig {
+            name: "j".into(),
+            base_urls: vec![url],
+            model: "m".into(),
+            tokenizer: Some(dir.path().to_owned()),
+            mode: Some(ServerMode::Text),
+            pool: PoolConfig { timeout: Duration::from_secs(5), retries: 0, ..PoolConfig::default() },
+            ..ServerJudgeConfig::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(ServerJudge::load(cfg, template, None))
+    }
+
+    #[test]
+    fn text_mode_checks_the_servers_token_count_at_load() {
+        let judge = text_judge(8).unwrap();
+        assert_eq!(judge.mode(), ServerMode::Text);
+        let e = text_judge(9).err().unwrap().to_string();
+        assert!(e.contains("9 tokens, the rendering has 8") && e.contains("judge `j`"), "{e}");
+    }
 
     #[test]
     fn placeholder_log_probabilities_are_recognised() {

@@ -102,8 +102,9 @@ pub struct ServerEntry {
     /// in the local hub cache: the judge then sends exact token ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<String>,
-    /// `tokens` (needs `tokenizer`; the default with one), `chat-prefill` (the default
-    /// without), `chat-generate` (hosted APIs without prefill).
+    /// `tokens` (needs `tokenizer`; the default with one), `text` (needs `tokenizer`;
+    /// servers that take no token ids), `chat-prefill` (the default without),
+    /// `chat-generate` (hosted APIs without prefill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ServerMode>,
     /// Requests in flight per server.
@@ -291,8 +292,11 @@ impl ServerEntry {
         {
             return Err(format!("`api_key_env` names the environment variable `{var}`, which is not set"));
         }
-        if self.mode == Some(ServerMode::Tokens) && self.tokenizer.is_none() {
-            return Err("mode `tokens` needs a `tokenizer`".into());
+        if let Some(mode) = self.mode
+            && mode.renders_tokens()
+            && self.tokenizer.is_none()
+        {
+            return Err(format!("mode `{}` needs a `tokenizer`", mode.as_str()));
         }
         if let Some(t) = &self.tokenizer {
             let dir = tokenizer_dir(t)?;

@@ -1,0 +1,84 @@
+//! The report in a real browser: `scripts/screenshot-report` opens `report.html` in
+//! headless Chromium with the network off; the page renders, writes nothing to the
+//! console and asks for nothing over the network. Needs Debian's `chromium` (`.ci/run`
+//! installs it); without it the test fails saying so.
+
+use std::fs;
+use std::path::Path;
+use std::process::Output;
+
+mod common;
+
+use common::{jury, repo_root};
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn screenshot(dir: &Path, png: &Path) -> Output {
+    std::process::Command::new(repo_root().join("scripts/screenshot-report"))
+        .args([path_str(dir), path_str(png)])
+        .output()
+        .expect("starting scripts/screenshot-report")
+}
+
+/// Width, height and the share of pixels that differ from the top-left one (the page's
+/// background) of an 8-bit PNG.
+fn ink(png: &Path) -> (u32, u32, f64) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(fs::File::open(png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!(info.bit_depth, png::BitDepth::Eight);
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let background = pixels[0];
+    let inked = pixels.iter().filter(|p| **p != background).count();
+    (info.width, info.height, inked as f64 / pixels.len() as f64)
+}
+
+/// A HaluEval-shaped simulated run's report (tables, bar chart, heatmap, reliability
+/// diagrams, hardest examples with `<script>` in their texts) renders with no console
+/// line and no request; a page that logs or fetches fails the same check.
+#[test]
+fn report_renders_in_headless_chromium_offline_and_silent() {
+    use std::fmt::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim");
+    assert!(jury(&["simulate", "--examples", "2000", "--seed", "4", "--out", path_str(&sim)]).status.success());
+    let labels = fs::read_to_string(sim.join("labels.csv")).unwrap();
+    let mut contexts = String::from("example_id,text\n");
+    for line in labels.lines().skip(1) {
+        let id = line.split(',').next().unwrap();
+        let _ = writeln!(contexts, "{id},\"<script>console.error('ran')</script> the text of {id}\"");
+    }
+    fs::write(dir.path().join("contexts.csv"), contexts).unwrap();
+    let out = dir.path().join("out");
+    let (judgments, labels) = (sim.join("judgments.csv"), sim.join("labels.csv"));
+    let args = ["--judgments", path_str(&judgments), "--labels", path_str(&labels)];
+    let run = jury(&[&["aggregate"], &args[..], &["--out", path_str(&out)]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let contexts = dir.path().join("contexts.csv");
+    let again = jury(&[&["report", path_str(&out)], &args[..], &["--contexts", path_str(&contexts)]].concat());
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(fs::read_to_string(out.join("report.html")).unwrap().contains("<section id=\"hardest\""));
+
+    let png = dir.path().join("report.png");
+    let shot = screenshot(&out, &png);
+    assert!(shot.status.success(), "scripts/screenshot-report: {}", String::from_utf8_lossy(&shot.stderr));
+    let (width, height, inked) = ink(&png);
+    assert_eq!((width, height), (1200, 3000));
+    assert!(inked > 0.05, "the page looks blank: {:.3} of its pixels drawn", inked);
+
+    let bad = dir.path().join("bad");
+    fs::create_dir(&bad).unwrap();
+    for page in
+        ["<p>text</p><script>console.error('boom')</script>", "<p>text</p><img src=\"http://example.com/plot.png\">"]
+    {
+        fs::write(bad.join("report.html"), page).unwrap();
+        let shot = screenshot(&bad, &bad.join("report.png"));
+        let stderr = String::from_utf8_lossy(&shot.stderr);
+        assert_eq!(shot.status.code(), Some(1), "{page}: {stderr}");
+        assert!(stderr.contains("boom") || stderr.contains("example.com/plot.png"), "{stderr}");
+    }
+}
