@@ -744,17 +744,8 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
 /// texts escaped; `jury report` writes the same page again from the folder's files.
 #[test]
 fn aggregate_writes_a_report_and_jury_report_rewrites_it() {
-    use std::fmt::Write as _;
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
-    assert!(jury(&["simulate", "--examples", "2000", "--seed", "4", "--out", path_str(&sim)]).status.success());
-    let labels = fs::read_to_string(sim.join("labels.csv")).unwrap();
-    let mut contexts = String::from("example_id,text\n");
-    for line in labels.lines().skip(1) {
-        let id = line.split(',').next().unwrap();
-        let _ = writeln!(contexts, "{id},\"<script>alert(1)</script> & the text of {id}\"");
-    }
-    fs::write(dir.path().join("contexts.csv"), contexts).unwrap();
+    let sim = common::simulated_jury_with_texts(dir.path(), "<script>alert(1)</script> &");
     let out = dir.path().join("out");
     let run = jury(&[
         "aggregate",

@@ -42,17 +42,8 @@ fn ink(png: &Path) -> (u32, u32, f64) {
 /// line and no request; a page that logs or fetches fails the same check.
 #[test]
 fn report_renders_in_headless_chromium_offline_and_silent() {
-    use std::fmt::Write as _;
     let dir = tempfile::tempdir().unwrap();
-    let sim = dir.path().join("sim");
-    assert!(jury(&["simulate", "--examples", "2000", "--seed", "4", "--out", path_str(&sim)]).status.success());
-    let labels = fs::read_to_string(sim.join("labels.csv")).unwrap();
-    let mut contexts = String::from("example_id,text\n");
-    for line in labels.lines().skip(1) {
-        let id = line.split(',').next().unwrap();
-        let _ = writeln!(contexts, "{id},\"<script>console.error('ran')</script> the text of {id}\"");
-    }
-    fs::write(dir.path().join("contexts.csv"), contexts).unwrap();
+    let sim = common::simulated_jury_with_texts(dir.path(), "<script>console.error('ran')</script>");
     let out = dir.path().join("out");
     let (judgments, labels) = (sim.join("judgments.csv"), sim.join("labels.csv"));
     let args = ["--judgments", path_str(&judgments), "--labels", path_str(&labels)];

@@ -23,6 +23,25 @@ pub(crate) fn repo_root() -> PathBuf {
     Path::new(&manifest).parent().expect("repository root").to_owned()
 }
 
+/// A HaluEval-shaped simulated jury (`jury simulate`, 2,000 examples, ten judges, seed
+/// 4) in `dir/sim`, and `dir/contexts.csv` giving every example a text that starts with
+/// `markup` (untrusted text for the report). Returns the `sim` folder.
+#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
+pub(crate) fn simulated_jury_with_texts(dir: &Path, markup: &str) -> PathBuf {
+    use std::fmt::Write as _;
+    let sim = dir.join("sim");
+    let out = jury(&["simulate", "--examples", "2000", "--seed", "4", "--out", sim.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let labels = std::fs::read_to_string(sim.join("labels.csv")).unwrap();
+    let mut contexts = String::from("example_id,text\n");
+    for line in labels.lines().skip(1) {
+        let id = line.split(',').next().unwrap();
+        let _ = writeln!(contexts, "{id},\"{markup} the text of {id}\"");
+    }
+    std::fs::write(dir.join("contexts.csv"), contexts).unwrap();
+    sim
+}
+
 #[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod proxy;
 #[allow(dead_code, reason = "used by the server tests only")]
