@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::proxy::{Fault, FaultProxy};
-use common::servers::{Server, llama_server, vllm_server};
+use common::servers::{Server, llama_server, mistralrs_server, vllm_server};
 use common::{jury, jury_bin, repo_root};
 use serde_json::Value;
 
@@ -180,6 +180,42 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     let judged = j.keys().filter(|(_, judge)| judge == "chat-qwen").count();
     assert_eq!(judged + chat["failed"].as_u64().unwrap() as usize, n);
     assert!(judged * 2 >= n, "chat-generate judged only {judged} of {n}");
+}
+
+/// mistral.rs's server takes no token-id prompts and returns base-10 log-probabilities
+/// (real ones only when sampling): with `mode: text` and `engine: mistralrs` the server
+/// judge runs the in-process judge's token sequences and agrees with it on P(Yes).
+#[test]
+fn server_judge_on_mistralrs_server_matches_the_in_process_judge() {
+    let _one = lock();
+    let dir = tempfile::tempdir().unwrap();
+    let server = mistralrs_server(&qwen_gguf());
+    let judges = format!(
+        "  - name: local-qwen\n    gguf: {}\n  - name: mistralrs-qwen\n    server:\n      base_urls: [\"{}\"]\n      \
+         model: default\n      tokenizer: {}\n      mode: text\n      engine: mistralrs\n      top_logprobs: 100\n",
+        qwen_gguf().display(),
+        server.url(),
+        qwen_hf().display()
+    );
+    let n = 12;
+    run_ok(&experiment(dir.path(), n, &judges, None));
+    let j = judgments(dir.path());
+    let toks = prompts(dir.path());
+    let mut close = 0;
+    for ((id, judge), (p, _)) in &j {
+        if judge != "local-qwen" {
+            continue;
+        }
+        assert_eq!(toks[&(judge.clone(), id.clone())], toks[&("mistralrs-qwen".to_owned(), id.clone())]);
+        let ps = j[&(id.clone(), "mistralrs-qwen".to_owned())].0.unwrap();
+        if (p.unwrap() - ps).abs() <= 0.03 {
+            close += 1;
+        }
+    }
+    assert!(close * 10 >= n * 9, "only {close} of {n} examples within 0.03");
+    let m = judge_entry(dir.path(), "mistralrs-qwen");
+    assert_eq!(m["server"]["mode"], "text");
+    assert!(m["exact_share"].as_f64().is_some(), "{m}");
 }
 
 /// The proxy's 429 / 500 / reset / stall mix gives the clean run's verdicts.

@@ -30,7 +30,7 @@ pub use backend::{AnyJudge, Prompt};
 pub use chat::{ChatTokenizer, ChatTokenizerError};
 pub use judge::{EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, local_model_dir, verdict_from_logits};
 pub use pool::{ApiKey, PoolConfig, PoolStats, ServerStats, display_url};
-pub use server::{ServerJudge, ServerJudgeConfig, ServerMode};
+pub use server::{ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode};
 pub use template::Template;
 
 use std::path::PathBuf;

@@ -41,19 +41,35 @@ fn candidate(text: &str, id: Option<u32>, logprob: f64) -> Candidate {
 /// The candidates at position `pos` of a completion choice's `logprobs`, in either the
 /// legacy completions layout (`top_logprobs: [{text: logprob}]`) or the chat layout
 /// (`content: [{token, id?, logprob, top_logprobs: [{token, id?, logprob}]}]`, which
-/// llama.cpp also uses on `/v1/completions`). The sampled token is included.
+/// llama.cpp also uses on `/v1/completions`; mistral.rs gives a top entry's id as its
+/// `token` and its text as `bytes`). The sampled token is included unless the top list
+/// already holds it (same id, or same text where either has no id).
 pub(crate) fn candidates_at(logprobs: &serde_json::Value, pos: usize) -> Option<Vec<Candidate>> {
     let mut out = Vec::new();
     if let Some(content) = logprobs.get("content").and_then(|c| c.as_array()) {
         let entry = content.get(pos)?;
         let one = |e: &serde_json::Value| -> Option<Candidate> {
-            let text = e.get("token")?.as_str()?;
+            let logprob = e.get("logprob")?.as_f64()?;
             let id = e.get("id").and_then(|i| i.as_u64()).and_then(|i| u32::try_from(i).ok());
-            Some(candidate(text, id, e.get("logprob")?.as_f64()?))
+            match e.get("token")? {
+                serde_json::Value::Number(n) => {
+                    let id = u32::try_from(n.as_u64()?).ok();
+                    Some(candidate(e.get("bytes").and_then(|b| b.as_str()).unwrap_or(""), id, logprob))
+                }
+                t => Some(candidate(t.as_str()?, id, logprob)),
+            }
         };
-        out.extend(one(entry));
         for e in entry.get("top_logprobs").and_then(|t| t.as_array()).into_iter().flatten() {
             out.extend(one(e));
+        }
+        if let Some(sampled) = one(entry) {
+            let listed = out.iter().any(|c| match (c.id, sampled.id) {
+                (Some(a), Some(b)) => a == b,
+                _ => c.text == sampled.text,
+            });
+            if !listed {
+                out.push(sampled);
+            }
         }
     } else {
         let top = logprobs.get("top_logprobs")?.as_array()?.get(pos)?.as_object()?;
@@ -181,6 +197,23 @@ mod tests {
         assert!((v.p_positive - (-0.3f64).exp()).abs() < 1e-12, "{}", v.p_positive);
         assert!(!v.exact, "` Yes` was not returned");
         assert!(candidates_at(&lp, 2).is_none());
+    }
+
+    #[test]
+    fn mistralrs_layout_gives_ids_as_tokens_and_texts_as_bytes() {
+        let lp = json!({"content": [{"token": "Yes", "logprob": -0.05, "bytes": [89, 101, 115],
+            "top_logprobs": [{"token": 9454, "logprob": -0.05, "bytes": "Yes"},
+                             {"token": 2753, "logprob": -0.6, "bytes": "No"}]}]});
+        let c = candidates_at(&lp, 0).unwrap();
+        assert_eq!(c.len(), 2, "the sampled token is listed once: {c:?}");
+        assert_eq!((c[0].id, c[0].text.as_str(), c[1].id), (Some(9454), "Yes", Some(2753)));
+        let v = verdict_from_candidates(
+            &c,
+            &VariantSet::Texts(vec!["Yes".into()]),
+            &VariantSet::Texts(vec!["No".into()]),
+            None,
+        );
+        assert!((v.p_positive - (-0.05f64).exp()).abs() < 1e-12 && v.exact);
     }
 
     #[test]

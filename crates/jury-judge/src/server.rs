@@ -24,7 +24,10 @@
 //!   characters (`[[` for the repository's prompts); matched by text.
 //!
 //! Probabilities follow `logprobs`' rule: exact when every verdict variant was returned,
-//! else a recorded bound and `exact: false`.
+//! else a recorded bound and `exact: false`. `ServerEngine` names an engine whose
+//! log-probabilities follow other rules (mistral.rs 0.8.1: base 10, and under greedy
+//! decoding the log of a raw logit); a returned value above 0 is never taken for a
+//! log-probability.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -69,6 +72,46 @@ impl ServerMode {
     }
 }
 
+/// Whose rules the server's log-probabilities follow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerEngine {
+    /// OpenAI's: natural logarithms of the model's distribution, at temperature 0 too
+    /// (vLLM, SGLang, llama.cpp, Ollama, hosted APIs).
+    #[default]
+    Openai,
+    /// mistral.rs 0.8.1's server: base-10 logarithms, and at temperature 0 (greedy) the
+    /// log of the raw logit instead; requests ask for temperature 1 with no top-k,
+    /// top-p or min-p, where the returned values are the model's softmax.
+    Mistralrs,
+}
+
+impl ServerEngine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerEngine::Openai => "openai",
+            ServerEngine::Mistralrs => "mistralrs",
+        }
+    }
+
+    /// The temperature requests ask for: the one at which the engine's returned
+    /// log-probabilities are the model's distribution.
+    fn temperature(self) -> f64 {
+        match self {
+            ServerEngine::Openai => 0.0,
+            ServerEngine::Mistralrs => 1.0,
+        }
+    }
+
+    /// Factor from the returned values to natural logarithms.
+    fn to_natural_log(self) -> f64 {
+        match self {
+            ServerEngine::Openai => 1.0,
+            ServerEngine::Mistralrs => std::f64::consts::LN_10,
+        }
+    }
+}
+
 /// Settings of one server judge.
 #[derive(Debug, Clone)]
 pub struct ServerJudgeConfig {
@@ -82,6 +125,7 @@ pub struct ServerJudgeConfig {
     pub tokenizer: Option<PathBuf>,
     /// Default: `tokens` with a tokenizer, else `chat-prefill`.
     pub mode: Option<ServerMode>,
+    pub engine: ServerEngine,
     /// How many top log-probabilities to ask for.
     pub top_logprobs: usize,
     pub max_prompt_tokens: usize,
@@ -247,10 +291,14 @@ impl ServerJudge {
         }
         let (root, engine) = seen.unwrap_or_default();
         Ok(format!(
-            "server model {root}; engine {engine}; tokenizer {}; mode {}; top_logprobs {}",
+            "server model {root}; engine {engine}; tokenizer {}; mode {}; top_logprobs {}{}",
             self.tokenizer_sha256.as_deref().unwrap_or("none"),
             self.mode.as_str(),
-            self.cfg.top_logprobs
+            self.cfg.top_logprobs,
+            match self.cfg.engine {
+                ServerEngine::Openai => String::new(),
+                other => format!("; log-probability rules {}", other.as_str()),
+            }
         ))
     }
 
@@ -363,6 +411,7 @@ impl ServerJudge {
 
     fn request_body(&self, prompt: &ServerPrompt) -> Result<(String, serde_json::Value), String> {
         let k = self.cfg.top_logprobs;
+        let t = self.cfg.engine.temperature();
         let named: Vec<u32> = {
             let (mut p, n, t) = self.verdict_ids();
             p.extend(n);
@@ -375,14 +424,14 @@ impl ServerJudge {
             ServerPrompt::Tokens(ids) if self.mode == ServerMode::Text => {
                 let tok = self.tokenizer.as_ref().ok_or("mode `text` needs a tokenizer")?;
                 let body = json!({
-                    "model": self.cfg.model, "prompt": tok.decode(ids)?, "max_tokens": 1, "temperature": 0.0,
+                    "model": self.cfg.model, "prompt": tok.decode(ids)?, "max_tokens": 1, "temperature": t,
                     "logprobs": k,
                 });
                 (format!("{}/completions", self.api), body)
             }
             ServerPrompt::Tokens(ids) => {
                 let mut body = json!({
-                    "model": self.cfg.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
+                    "model": self.cfg.model, "prompt": ids, "max_tokens": 1, "temperature": t,
                     "logprobs": k, "return_tokens_as_token_ids": true,
                 });
                 if !named.is_empty() {
@@ -396,7 +445,7 @@ impl ServerJudge {
                 let mut messages =
                     vec![json!({"role": "system", "content": system}), json!({"role": "user", "content": user})];
                 let mut body = json!({
-                    "model": self.cfg.model, "temperature": 0.0, "logprobs": true, "top_logprobs": k,
+                    "model": self.cfg.model, "temperature": t, "logprobs": true, "top_logprobs": k,
                     "max_tokens": if mode == ServerMode::ChatGenerate { GENERATE_TOKENS } else { 1 },
                 });
                 if mode == ServerMode::ChatPrefill {
@@ -493,8 +542,24 @@ impl ServerJudge {
             })?,
             _ => 0,
         };
-        let cands = candidates_at(logprobs, pos)
+        let mut cands = candidates_at(logprobs, pos)
             .ok_or_else(|| ex_err("no log-probabilities at the verdict position".into()))?;
+        let scale = self.cfg.engine.to_natural_log();
+        for c in &mut cands {
+            c.logprob *= scale;
+        }
+        if let Some(c) = cands.iter().find(|c| c.logprob > 1e-4) {
+            return Err(ex_err(format!(
+                "the server returned {} for token {:?}, which is no log-probability (above 0){}",
+                c.logprob / scale,
+                c.text,
+                if self.cfg.engine == ServerEngine::Openai {
+                    "; mistral.rs's server needs `engine: mistralrs`"
+                } else {
+                    ""
+                }
+            )));
+        }
         let mut verdict = verdict_from_candidates(&cands, &self.positive, &self.negative, self.tie.as_ref());
         if let ServerPrompt::Tokens(t) = prompt {
             verdict.n_tokens = t.len();
@@ -549,6 +614,7 @@ impl Default for ServerJudgeConfig {
             api_key: None,
             tokenizer: None,
             mode: None,
+            engine: ServerEngine::Openai,
             top_logprobs: 20,
             max_prompt_tokens: 2048,
             pool: PoolConfig { timeout: Duration::from_secs(120), ..PoolConfig::default() },
@@ -562,19 +628,21 @@ mod tests {
     use crate::testutil::{scripted, word_level_dir};
 
     /// A `text`-mode judge over a scripted server whose answers report `prompt_tokens`
-    /// for the probe (the rendered probe has 8 tokens: `<s> S: <unk> U: <unk> <unk> A: [[`).
-    fn text_judge(prompt_tokens: usize) -> Result<ServerJudge, JudgeError> {
+    /// (the rendered probe has 8 tokens: `<s> S: <unk> U: <unk> <unk> A: [[`) and the
+    /// returned values `yes` and `no` for the verdict tokens, probe and one example.
+    fn text_judge(prompt_tokens: usize, engine: ServerEngine, yes: f64, no: f64) -> Result<Verdict, JudgeError> {
         let dir = word_level_dir(
             "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}S: {{ m.content }} \
              {% else %}U: {{ m.content }} {% endif %}{% endfor %}A:",
         );
         let models = r#"{"data": [{"id": "m", "owned_by": "stub"}]}"#;
-        let answer = format!(
-            r#"{{"choices": [{{"logprobs": {{"content": [{{"token": "Yes", "logprob": -0.1,
-                "top_logprobs": [{{"token": "Yes", "logprob": -0.1}}, {{"token": "No", "logprob": -2.4}}]}}]}}}}],
+        let answer: &'static str = format!(
+            r#"{{"choices": [{{"logprobs": {{"content": [{{"token": "Yes", "logprob": {yes},
+                "top_logprobs": [{{"token": "Yes", "logprob": {yes}}}, {{"token": "No", "logprob": {no}}}]}}]}}}}],
                 "usage": {{"prompt_tokens": {prompt_tokens}}}}}"#
-        );
-        let (url, _h) = scripted(vec![(200, "", models), (200, "", answer.leak())]);
+        )
+        .leak();
+        let (url, _h) = scripted(vec![(200, "", models), (200, "", answer), (200, "", answer)]);
         let template = Template {
             task: "t".into(),
             system: "sys".into(),
@@ -591,19 +659,34 @@ mod tests {
             model: "m".into(),
             tokenizer: Some(dir.path().to_owned()),
             mode: Some(ServerMode::Text),
+            engine,
             pool: PoolConfig { timeout: Duration::from_secs(5), retries: 0, ..PoolConfig::default() },
             ..ServerJudgeConfig::default()
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(ServerJudge::load(cfg, template, None))
+        rt.block_on(async {
+            let judge = ServerJudge::load(cfg, template, None).await?;
+            assert_eq!(judge.mode(), ServerMode::Text);
+            judge.score("e", &ServerPrompt::Tokens(vec![0; 8])).await
+        })
     }
 
     #[test]
     fn text_mode_checks_the_servers_token_count_at_load() {
-        let judge = text_judge(8).unwrap();
-        assert_eq!(judge.mode(), ServerMode::Text);
-        let e = text_judge(9).err().unwrap().to_string();
+        let v = text_judge(8, ServerEngine::Openai, -0.1, -2.4).unwrap();
+        assert!((v.p_positive - (-0.1f64).exp()).abs() < 1e-9);
+        let e = text_judge(9, ServerEngine::Openai, -0.1, -2.4).err().unwrap().to_string();
         assert!(e.contains("9 tokens, the rendering has 8") && e.contains("judge `j`"), "{e}");
+    }
+
+    /// mistral.rs's base-10 values become natural logarithms; a value above 0 (the log of
+    /// a raw logit, mistral.rs under greedy decoding) is refused, naming the remedy.
+    #[test]
+    fn engine_rules_convert_base_ten_and_refuse_values_above_zero() {
+        let v = text_judge(8, ServerEngine::Mistralrs, 0.9f64.log10(), 0.1f64.log10()).unwrap();
+        assert!((v.p_positive - 0.9).abs() < 1e-9 && (v.p_negative - 0.1).abs() < 1e-9, "{v:?}");
+        let e = text_judge(8, ServerEngine::Openai, 1.17, 0.9).err().unwrap().to_string();
+        assert!(e.contains("no log-probability") && e.contains("engine: mistralrs"), "{e}");
     }
 
     #[test]

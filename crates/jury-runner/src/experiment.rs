@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use jury_judge::ServerMode;
+use jury_judge::{ServerEngine, ServerMode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,10 @@ pub struct ServerEntry {
     /// `chat-generate` (hosted APIs without prefill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ServerMode>,
+    /// `openai` (the default: OpenAI's log-probability rules) or `mistralrs` (mistral.rs
+    /// 0.8.1's server: base-10 log-probabilities, real ones only when sampling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<ServerEngine>,
     /// Requests in flight per server.
     #[serde(default = "default_in_flight")]
     pub max_in_flight: usize,

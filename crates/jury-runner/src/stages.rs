@@ -88,6 +88,7 @@ fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Ju
             api_key,
             tokenizer,
             mode: s.mode,
+            engine: s.engine.unwrap_or_default(),
             top_logprobs: s.top_logprobs,
             max_prompt_tokens: runtime.max_prompt_tokens,
             pool: PoolConfig {

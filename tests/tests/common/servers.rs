@@ -128,3 +128,22 @@ pub(crate) fn vllm_server(model_dir: &Path, served: &str) -> Server {
         .unwrap_or_else(|e| panic!("starting vLLM with {}: {e}", python.display()));
     Server { port, child, name: "vLLM" }.wait_ready("/v1/models", Duration::from_secs(600))
 }
+
+/// mistral.rs's own server (`mistralrs serve`, the engine of the in-process judge) on a
+/// GGUF file, offline.
+pub(crate) fn mistralrs_server(gguf: &Path) -> Server {
+    let bin = install("scripts/servers/install-mistralrs-server.sh", "mistral.rs's server");
+    let port = free_port();
+    let log = std::fs::File::create(std::env::temp_dir().join(format!("mistralrs-{port}.log"))).unwrap();
+    let (dir, file) = (gguf.parent().expect("a GGUF file in a folder"), gguf.file_name().expect("a GGUF file name"));
+    let child = Command::new(&bin)
+        .args(["serve", "--host", "127.0.0.1", "-p", &port.to_string(), "--token-source", "none"])
+        .args(["-m", &dir.to_string_lossy(), "--format", "gguf", "-f", &file.to_string_lossy()])
+        .env("HF_HUB_OFFLINE", "1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    Server { port, child, name: "mistral.rs server" }.wait_ready("/v1/models", Duration::from_secs(300))
+}
