@@ -130,7 +130,10 @@ pub(crate) fn vllm_server(model_dir: &Path, served: &str) -> Server {
 }
 
 /// mistral.rs's own server (`mistralrs serve`, the engine of the in-process judge) on a
-/// GGUF file, offline.
+/// GGUF file, offline, with f32 activations as the in-process judge has them (the
+/// automatic dtype is bf16 on a CPU: slower, and further from the other engines) and
+/// the weights dequantized (candle's quantized CPU kernels are built for decoding one
+/// token, not for prefill; SPEC.md's table).
 pub(crate) fn mistralrs_server(gguf: &Path) -> Server {
     let bin = install("scripts/servers/install-mistralrs-server.sh", "mistral.rs's server");
     let port = free_port();
@@ -138,8 +141,9 @@ pub(crate) fn mistralrs_server(gguf: &Path) -> Server {
     let (dir, file) = (gguf.parent().expect("a GGUF file in a folder"), gguf.file_name().expect("a GGUF file name"));
     let child = Command::new(&bin)
         .args(["serve", "--host", "127.0.0.1", "-p", &port.to_string(), "--token-source", "none"])
-        .args(["-m", &dir.to_string_lossy(), "--format", "gguf", "-f", &file.to_string_lossy()])
+        .args(["-m", &dir.to_string_lossy(), "--format", "gguf", "-f", &file.to_string_lossy(), "--dtype", "f32"])
         .env("HF_HUB_OFFLINE", "1")
+        .env("CANDLE_DEQUANTIZE_ALL", "1")
         .stdout(Stdio::null())
         .stderr(log)
         .process_group(0)
