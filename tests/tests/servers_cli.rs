@@ -115,6 +115,24 @@ fn run_ok(cfg: &Path) -> String {
     format!("{stdout}{stderr}")
 }
 
+/// How many of the examples `reference` judged `juror` judged within 0.03 of it on
+/// P(Yes), and how many `reference` judged; every example must have the same token
+/// sequence under both and a verdict from both.
+fn agreement(dir: &Path, reference: &str, juror: &str) -> (usize, usize) {
+    let (j, toks) = (judgments(dir), prompts(dir));
+    let ids: Vec<&String> = j.keys().filter(|(_, judge)| judge == reference).map(|(e, _)| e).collect();
+    let mut close = 0;
+    for id in &ids {
+        let key = |judge: &str| (judge.to_owned(), (*id).clone());
+        assert_eq!(toks[&key(reference)], toks[&key(juror)], "example {id}: {juror} rendered another token sequence");
+        let p = |judge: &str| j[&((*id).clone(), judge.to_owned())].0.unwrap();
+        if (p(reference) - p(juror)).abs() <= 0.03 {
+            close += 1;
+        }
+    }
+    (close, ids.len())
+}
+
 /// Cache lines: each a distinct key (no judgment written twice).
 fn assert_one_line_per_judgment(dir: &Path, n: usize) {
     let all = lines(&dir.join("out/cache.jsonl"));
@@ -150,22 +168,9 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     let n = 24;
     let cfg = experiment(dir.path(), n, &judges, None);
     run_ok(&cfg);
-    let j = judgments(dir.path());
-    let toks = prompts(dir.path());
-    let ids: Vec<String> = j.keys().filter(|(_, judge)| judge == "local-qwen").map(|(e, _)| e.clone()).collect();
-    assert_eq!(ids.len(), n);
     for juror in ["server-qwen", "text-qwen"] {
-        let mut close = 0;
-        for id in &ids {
-            let local = &toks[&("local-qwen".to_owned(), id.clone())];
-            let server = &toks[&(juror.to_owned(), id.clone())];
-            assert_eq!(local, server, "example {id}: {juror} rendered another token sequence");
-            let (pl, ps) =
-                (j[&(id.clone(), "local-qwen".into())].0.unwrap(), j[&(id.clone(), juror.into())].0.unwrap());
-            if (pl - ps).abs() <= 0.03 {
-                close += 1;
-            }
-        }
+        let (close, judged) = agreement(dir.path(), "local-qwen", juror);
+        assert_eq!(judged, n);
         assert!(close * 10 >= n * 9, "{juror}: only {close} of {n} examples within 0.03");
     }
     assert_eq!(judge_entry(dir.path(), "text-qwen")["server"]["mode"], "text");
@@ -178,7 +183,7 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     assert_eq!(chat["server"]["mode"], "chat-generate");
     assert_eq!(chat["template"]["path"].as_str(), variant.to_str(), "the juror's own prompt");
     assert!(m["template"].is_null(), "a juror without `prompt` uses the experiment's");
-    let judged = j.keys().filter(|(_, judge)| judge == "chat-qwen").count();
+    let judged = judgments(dir.path()).keys().filter(|(_, judge)| judge == "chat-qwen").count();
     assert_eq!(judged + chat["failed"].as_u64().unwrap() as usize, n);
     assert!(judged * 2 >= n, "chat-generate judged only {judged} of {n}");
 }
@@ -200,19 +205,8 @@ fn server_judge_on_mistralrs_server_matches_the_in_process_judge() {
     );
     let n = 24;
     run_ok(&experiment(dir.path(), n, &judges, None));
-    let j = judgments(dir.path());
-    let toks = prompts(dir.path());
-    let mut close = 0;
-    for ((id, judge), (p, _)) in &j {
-        if judge != "local-qwen" {
-            continue;
-        }
-        assert_eq!(toks[&(judge.clone(), id.clone())], toks[&("mistralrs-qwen".to_owned(), id.clone())]);
-        let ps = j[&(id.clone(), "mistralrs-qwen".to_owned())].0.unwrap();
-        if (p.unwrap() - ps).abs() <= 0.03 {
-            close += 1;
-        }
-    }
+    let (close, judged) = agreement(dir.path(), "local-qwen", "mistralrs-qwen");
+    assert_eq!(judged, n);
     assert!(close * 10 >= n * 9, "only {close} of {n} examples within 0.03");
     let m = judge_entry(dir.path(), "mistralrs-qwen");
     eprintln!("mistral.rs server: {close} of {n} within 0.03; exact share {}", m["exact_share"]);
@@ -417,18 +411,11 @@ fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
     let n = 12;
     run_ok(&experiment(dir.path(), n, &judges, None));
     let j = judgments(dir.path());
-    let toks = prompts(dir.path());
-    let mut close = 0;
-    for ((id, judge), (p, exact)) in &j {
-        if judge != "vllm-qwen" {
-            continue;
-        }
-        assert!(*exact, "{id}: vLLM returns the named ids' log-probabilities");
-        assert_eq!(toks[&("local-qwen".to_owned(), id.clone())], toks[&("vllm-qwen".to_owned(), id.clone())]);
-        if (p.unwrap() - j[&(id.clone(), "local-qwen".into())].0.unwrap()).abs() <= 0.03 {
-            close += 1;
-        }
+    for ((id, judge), (_, exact)) in &j {
+        assert!(judge != "vllm-qwen" || *exact, "{id}: vLLM returns the named ids' log-probabilities");
     }
+    let (close, judged) = agreement(dir.path(), "local-qwen", "vllm-qwen");
+    assert_eq!(judged, n);
     assert!(close * 10 >= n * 9, "only {close} of {n} within 0.03");
     assert_eq!(judge_entry(dir.path(), "vllm-qwen")["exact_share"].as_f64(), Some(1.0));
     let chat = judge_entry(dir.path(), "vllm-chat");

@@ -599,6 +599,26 @@ mod tests {
         epochs
     }
 
+    /// `cfg` run whole (checkpoints in `dir/whole`) and killed at its 6th report then
+    /// resumed (`dir/resumed`): the same epoch 0, epoch 1's posteriors within 1e-6.
+    /// Reports per epoch are three training batches (16, 16, 8 texts), then one scoring
+    /// pass; the 6th is epoch 1's second batch, whose checkpoint is on disk by then, so
+    /// the resumed run restores weights and optimiser state mid-epoch. Returns the whole
+    /// run's epochs and the resumed run's.
+    fn whole_and_resumed(
+        dir: &Path,
+        texts: &[&str],
+        jury: &JuryData,
+        cfg: &TrainConfig,
+    ) -> (Vec<EpochResult>, Vec<EpochResult>) {
+        let whole = run_with_kill(dir, texts, jury, cfg, &ft_config(dir.join("whole"), 1), None);
+        let resumed = run_with_kill(dir, texts, jury, cfg, &ft_config(dir.join("resumed"), 1), Some(6));
+        assert_eq!(whole[0], resumed[0]);
+        let d = max_diff(&whole[1].posteriors, &resumed[1].posteriors);
+        assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
+        (whole, resumed)
+    }
+
     /// The largest absolute difference between two equally long lists.
     fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
@@ -610,14 +630,7 @@ mod tests {
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
         let cfg = config(Method::SkillAggX, 2, 7);
         let ft = |name: &str| ft_config(dir.path().join(name), 1);
-        let whole = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("whole"), None);
-        // Reports per epoch: three training batches (16, 16, 8 texts), then one scoring
-        // pass; the 6th is epoch 1's second batch, whose checkpoint is on disk by then, so
-        // the resumed run restores weights and optimiser state mid-epoch.
-        let resumed = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("resumed"), Some(6));
-        assert_eq!(whole[0], resumed[0]);
-        let d = max_diff(&whole[1].posteriors, &resumed[1].posteriors);
-        assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
+        let (whole, resumed) = whole_and_resumed(dir.path(), &texts, &jury, &cfg);
         let d = max_diff(&whole[1].slopes, &resumed[1].slopes);
         assert!(d < 1e-6, "the resumed run's slopes differ by {d}");
         // The optimiser state is what makes them equal: an epoch-0 checkpoint without it
@@ -648,16 +661,12 @@ mod tests {
             skill_init: recipe.skill_init(),
             ..config(Method::SkillAggX, 2, 7)
         };
-        let ft = |name: &str| ft_config(dir.path().join(name), 1);
-        let whole = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("whole"), None);
-        let resumed = run_with_kill(dir.path(), &texts, &jury, &cfg, &ft("resumed"), Some(6));
-        assert_eq!(whole[0], resumed[0]);
-        let d = max_diff(&whole[1].posteriors, &resumed[1].posteriors);
-        assert!(d < 1e-6, "the resumed run's posteriors differ by {d}");
+        let (whole, _) = whole_and_resumed(dir.path(), &texts, &jury, &cfg);
         assert!(whole[1].posteriors.iter().all(|p| p.is_finite()));
         assert_eq!(whole[1].slopes.len(), 3);
         // jury-v1 with the same seed trains another model.
-        let v1 = run_with_kill(dir.path(), &texts, &jury, &config(Method::SkillAggX, 2, 7), &ft("v1"), None);
+        let ft = ft_config(dir.path().join("v1"), 1);
+        let v1 = run_with_kill(dir.path(), &texts, &jury, &config(Method::SkillAggX, 2, 7), &ft, None);
         assert!(max_diff(&whole[1].posteriors, &v1[1].posteriors) > 1e-4);
     }
 

