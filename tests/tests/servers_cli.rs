@@ -119,17 +119,20 @@ fn run_ok(cfg: &Path) -> String {
 /// P(Yes), and how many `reference` judged; every example must have the same token
 /// sequence under both and a verdict from both.
 fn agreement(dir: &Path, reference: &str, juror: &str) -> (usize, usize) {
-    let (j, toks) = (judgments(dir), prompts(dir));
-    let ids: Vec<&String> = j.keys().filter(|(_, judge)| judge == reference).map(|(e, _)| e).collect();
-    let mut close = 0;
-    for id in &ids {
-        let key = |judge: &str| (judge.to_owned(), (*id).clone());
+    let toks = prompts(dir);
+    for (id, _) in judgments(dir).keys().filter(|(_, judge)| judge == reference) {
+        let key = |judge: &str| (judge.to_owned(), id.clone());
         assert_eq!(toks[&key(reference)], toks[&key(juror)], "example {id}: {juror} rendered another token sequence");
-        let p = |judge: &str| j[&((*id).clone(), judge.to_owned())].0.unwrap();
-        if (p(reference) - p(juror)).abs() <= 0.03 {
-            close += 1;
-        }
     }
+    probability_agreement(dir, reference, juror)
+}
+
+/// [`agreement`] for a juror whose server renders the prompt (chat modes).
+fn probability_agreement(dir: &Path, reference: &str, juror: &str) -> (usize, usize) {
+    let j = judgments(dir);
+    let ids: Vec<&String> = j.keys().filter(|(_, judge)| judge == reference).map(|(e, _)| e).collect();
+    let p = |id: &String, judge: &str| j[&(id.clone(), judge.to_owned())].0.unwrap();
+    let close = ids.iter().filter(|id| (p(id, reference) - p(id, juror)).abs() <= 0.03).count();
     (close, ids.len())
 }
 
@@ -181,6 +184,9 @@ fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     assert_eq!(m["server"]["mode"], "tokens");
     let chat = judge_entry(dir.path(), "chat-qwen");
     assert_eq!(chat["server"]["mode"], "chat-generate");
+    let ids = chat["verdict_token_ids"]["positive"].as_array().unwrap();
+    assert!(!ids.is_empty(), "verdict ids from llama-server's /tokenize: {chat}");
+    assert_eq!(chat["verdict_token_ids"], m["verdict_token_ids"], "the same ids as the tokenizer's");
     assert_eq!(chat["template"]["path"].as_str(), variant.to_str(), "the juror's own prompt");
     assert!(m["template"].is_null(), "a juror without `prompt` uses the experiment's");
     let judged = judgments(dir.path()).keys().filter(|(_, judge)| judge == "chat-qwen").count();
@@ -420,11 +426,11 @@ fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
     assert_eq!(judge_entry(dir.path(), "vllm-qwen")["exact_share"].as_f64(), Some(1.0));
     let chat = judge_entry(dir.path(), "vllm-chat");
     assert_eq!((chat["server"]["mode"].as_str(), chat["failed"].as_u64()), (Some("chat-prefill"), Some(0)));
-    let near = j
-        .iter()
-        .filter(|((id, judge), (p, _))| {
-            judge == "vllm-chat" && (p.unwrap() - j[&(id.clone(), "local-qwen".to_owned())].0.unwrap()).abs() <= 0.05
-        })
-        .count();
-    assert!(near * 10 >= n * 8, "chat-prefill: only {near} of {n} within 0.05 of the in-process judge");
+    assert_eq!(chat["verdict_token_ids"], judge_entry(dir.path(), "vllm-qwen")["verdict_token_ids"], "from /tokenize");
+    assert_eq!(chat["exact_share"].as_f64(), Some(1.0), "the /tokenize ids' log-probabilities, asked by name");
+    // vLLM renders the same chat template: with the /tokenize ids the chat juror sees
+    // the in-process judge's numbers too.
+    let (close, judged) = probability_agreement(dir.path(), "local-qwen", "vllm-chat");
+    assert_eq!(judged, n);
+    assert!(close * 10 >= n * 9, "chat-prefill: only {close} of {n} within 0.03 of the in-process judge");
 }

@@ -24,8 +24,10 @@ pub(crate) struct Candidate {
 /// How verdict tokens are recognised among the candidates.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum VariantSet {
-    /// By token id (a tokenizer is known): every id must be returned for `exact`.
-    Ids(Vec<u32>),
+    /// By token id (from a tokenizer or the server's `/tokenize`), each with its text
+    /// for candidates that come without an id: every variant must be returned for
+    /// `exact`.
+    Ids(Vec<(u32, String)>),
     /// By token text (chat modes without a tokenizer): each text counts once.
     Texts(Vec<String>),
 }
@@ -95,8 +97,8 @@ fn class_probability(cands: &[Candidate], set: &VariantSet) -> (f64, usize) {
         VariantSet::Ids(ids) => {
             let mut p = 0.0;
             let mut missing = 0;
-            for id in ids {
-                match cands.iter().find(|c| c.id == Some(*id)) {
+            for (id, text) in ids {
+                match cands.iter().find(|c| c.id.map_or(c.text == *text, |i| i == *id)) {
                     Some(c) => p += c.logprob.exp(),
                     None => missing += 1,
                 }
@@ -157,6 +159,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn ids(ids: &[u32]) -> VariantSet {
+        VariantSet::Ids(ids.iter().map(|i| (*i, format!("text of {i}"))).collect())
+    }
+
     #[test]
     fn legacy_layout_with_token_ids() {
         // vLLM /v1/completions with return_tokens_as_token_ids and logprob_token_ids.
@@ -164,8 +170,7 @@ mod tests {
                         "top_logprobs": [{"token_id:9454": -0.5, "token_id:2753": -1.2, "token_id:9693": -6.0,
                                           "token_id:2308": -7.0}]});
         let c = candidates_at(&lp, 0).unwrap();
-        let v =
-            verdict_from_candidates(&c, &VariantSet::Ids(vec![9454, 9693]), &VariantSet::Ids(vec![2753, 2308]), None);
+        let v = verdict_from_candidates(&c, &ids(&[9454, 9693]), &ids(&[2753, 2308]), None);
         let (py, pn) = ((-0.5f64).exp() + (-6f64).exp(), (-1.2f64).exp() + (-7f64).exp());
         assert!((v.p_positive - py).abs() < 1e-12 && (v.p_negative - pn).abs() < 1e-12);
         assert!((v.y.unwrap() - py / (py + pn)).abs() < 1e-12);
@@ -179,7 +184,7 @@ mod tests {
             "top_logprobs": [{"id": 1, "token": "Yes", "logprob": -0.1}, {"id": 2, "token": "No", "logprob": -2.5},
                              {"id": 7, "token": "Maybe", "logprob": -4.0}]}]});
         let c = candidates_at(&lp, 0).unwrap();
-        let v = verdict_from_candidates(&c, &VariantSet::Ids(vec![1, 3]), &VariantSet::Ids(vec![2]), None);
+        let v = verdict_from_candidates(&c, &ids(&[1, 3]), &ids(&[2]), None);
         assert!((v.p_positive - (-0.1f64).exp()).abs() < 1e-12);
         assert!(!v.exact);
         assert!((v.unobserved_bound.unwrap() - (-4f64).exp()).abs() < 1e-12);
@@ -216,10 +221,28 @@ mod tests {
         assert!((v.p_positive - (-0.05f64).exp()).abs() < 1e-12 && v.exact);
     }
 
+    /// vLLM's chat answers without `return_tokens_as_token_ids` name tokens by text only:
+    /// a variant known by id is then recognised by its text.
+    #[test]
+    fn variants_known_by_id_match_candidates_without_ids_by_text() {
+        let lp = json!({"content": [{"token": "Yes", "logprob": -0.2,
+            "top_logprobs": [{"token": "Yes", "logprob": -0.2}, {"token": " No", "logprob": -1.9},
+                             {"token": "No", "logprob": -2.0}]}]});
+        let c = candidates_at(&lp, 0).unwrap();
+        let yes = VariantSet::Ids(vec![(9454, "Yes".into())]);
+        let no = VariantSet::Ids(vec![(2753, "No".into()), (2308, " No".into())]);
+        let v = verdict_from_candidates(&c, &yes, &no, None);
+        assert!((v.p_negative - ((-1.9f64).exp() + (-2f64).exp())).abs() < 1e-12 && v.exact, "{v:?}");
+        // A candidate with an id is matched by id only, whatever its text.
+        let other = vec![candidate("Yes", Some(1), -0.1), candidate("No", Some(2753), -2.5)];
+        let v = verdict_from_candidates(&other, &yes, &no, None);
+        assert_eq!((v.p_positive, v.exact), (0.0, false));
+    }
+
     #[test]
     fn nothing_returned_for_either_verdict_is_missing() {
         let c = vec![candidate("Hmm", Some(5), -0.01)];
-        let v = verdict_from_candidates(&c, &VariantSet::Ids(vec![1]), &VariantSet::Ids(vec![2]), None);
+        let v = verdict_from_candidates(&c, &ids(&[1]), &ids(&[2]), None);
         assert_eq!(v.y, None);
         assert!(!v.exact);
     }

@@ -239,17 +239,42 @@ impl Pool {
     /// A GET to one server (start-up checks), with the key and the time limit.
     pub(crate) async fn get_from(&self, server: usize, path: &str) -> Result<Vec<u8>, String> {
         let s = &self.servers[server];
-        let mut req = self.client.get(format!("{}{path}", s.url));
-        if let Some(k) = &self.key {
-            req = req.bearer_auth(&k.0);
+        let (status, bytes) = self.start_up(server, path, self.client.get(format!("{}{path}", s.url))).await?;
+        if !(200..300).contains(&status) {
+            return Err(format!("{}{path}: HTTP {status}: {}", s.shown, body_excerpt(&bytes)));
         }
-        let resp = req.send().await.map_err(|e| format!("{}{path}: {}", s.shown, describe(&e)))?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| format!("{}{path}: {}", s.shown, describe(&e)))?;
-        if !status.is_success() {
-            return Err(format!("{}{path}: HTTP {}: {}", s.shown, status.as_u16(), body_excerpt(&bytes)));
-        }
-        Ok(bytes.to_vec())
+        Ok(bytes)
+    }
+
+    /// A JSON POST to one server's root, outside the `/v1` API (a base URL's trailing
+    /// `/v1` dropped): start-up requests such as `/tokenize`, with the key and the time
+    /// limit, no retries. Returns the HTTP status and the body.
+    pub(crate) async fn post_to_root(&self, server: usize, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+        let s = &self.servers[server];
+        let root = s.url.strip_suffix("/v1").unwrap_or(&s.url);
+        let req = self
+            .client
+            .post(format!("{root}{path}"))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        self.start_up(server, path, req).await
+    }
+
+    async fn start_up(
+        &self,
+        server: usize,
+        path: &str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(u16, Vec<u8>), String> {
+        let shown = &self.servers[server].shown;
+        let req = match &self.key {
+            Some(k) => req.bearer_auth(&k.0),
+            None => req,
+        };
+        let resp = req.send().await.map_err(|e| format!("{shown}{path}: {}", describe(&e)))?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|e| format!("{shown}{path}: {}", describe(&e)))?;
+        Ok((status, bytes.to_vec()))
     }
 
     pub(crate) fn server_count(&self) -> usize {

@@ -17,11 +17,17 @@
 //! - `chat-prefill` (no tokenizer; the server continues a final assistant message):
 //!   `/v1/chat/completions` with the assistant turn set to the answer prefix,
 //!   `continue_final_message: true, add_generation_prompt: false` (vLLM's fields), one
-//!   token, `top_logprobs: k`; verdict tokens are matched by text.
+//!   token, `top_logprobs: k`.
 //! - `chat-generate` (hosted APIs without prefill): the system and user turns only, up
 //!   to 12 tokens generated with `top_logprobs: k`; the verdict is read at the first
 //!   position after the generated text contains the answer prefix's last non-blank
-//!   characters (`[[` for the repository's prompts); matched by text.
+//!   characters (`[[` for the repository's prompts).
+//!
+//! In both chat modes the verdict words' ids come from the server's `/tokenize` where it
+//! has one (vLLM, llama-server): requests then name them (`logprob_token_ids`,
+//! `token_ids_logprob`) and verdict tokens are matched by id (by text for a candidate
+//! returned without one). Elsewhere (mistral.rs, Ollama, hosted APIs) they are matched
+//! by text.
 //!
 //! Probabilities follow `logprobs`' rule: exact when every verdict variant was returned,
 //! else a recorded bound and `exact: false`. `ServerEngine` names an engine whose
@@ -155,6 +161,8 @@ pub struct ServerJudge {
     tie: Option<VariantSet>,
     pool: Pool,
     identity: String,
+    /// Chat modes: verdict tokens known by the ids the server's `/tokenize` gave.
+    ids_from_server: bool,
     /// `/v1` appended to base URLs that lack it.
     api: &'static str,
 }
@@ -200,9 +208,9 @@ impl ServerJudge {
                     let mut ids = Vec::new();
                     for v in word_variants(word) {
                         if let [id] = tok.encode_text(&v).map_err(err)?[..]
-                            && !ids.contains(&id)
+                            && !ids.iter().any(|(i, _)| *i == id)
                         {
-                            ids.push(id);
+                            ids.push((id, v));
                         }
                     }
                     if ids.is_empty() {
@@ -214,6 +222,8 @@ impl ServerJudge {
                 (ids(&template.positive)?, ids(&template.negative)?, tie)
             }
             _ => {
+                // Chat modes replace these with ids from the server's `/tokenize` where
+                // it has one (after the identity check below).
                 let texts = |w: &str| {
                     let mut v: Vec<String> = Vec::new();
                     for t in word_variants(w) {
@@ -237,10 +247,18 @@ impl ServerJudge {
             tie,
             pool,
             identity: String::new(),
+            ids_from_server: false,
             api,
             cfg,
         };
         judge.identity = judge.read_identity().await?;
+        if !mode.renders_tokens()
+            && let Some((positive, negative, tie)) = judge.server_verdict_ids().await?
+        {
+            (judge.positive, judge.negative, judge.tie) = (positive, negative, tie);
+            judge.ids_from_server = true;
+            judge.identity.push_str("; verdict ids from the server's /tokenize");
+        }
         judge.probe().await?;
         Ok(judge)
     }
@@ -300,6 +318,74 @@ impl ServerJudge {
                 other => format!("; log-probability rules {}", other.as_str()),
             }
         ))
+    }
+
+    /// Chat modes: the verdict words' variants as token ids from the server's
+    /// `/tokenize` (vLLM, llama-server), so verdicts are read by id and the ids'
+    /// log-probabilities can be asked for by name. `None` where the server has no such
+    /// endpoint (mistral.rs, Ollama, hosted APIs): verdict tokens are then matched by
+    /// text.
+    async fn server_verdict_ids(&self) -> Result<Option<(VariantSet, VariantSet, Option<VariantSet>)>, JudgeError> {
+        let mut sets = Vec::new();
+        for word in [Some(&self.template.positive), Some(&self.template.negative), self.template.tie.as_ref()] {
+            let Some(word) = word else {
+                sets.push(None);
+                continue;
+            };
+            let mut ids: Vec<(u32, String)> = Vec::new();
+            for v in word_variants(word) {
+                match self.server_tokenize(&v).await? {
+                    None => return Ok(None),
+                    Some(t) => {
+                        if let [id] = t[..]
+                            && !ids.iter().any(|(i, _)| *i == id)
+                        {
+                            ids.push((id, v));
+                        }
+                    }
+                }
+            }
+            if ids.is_empty() {
+                return Err(JudgeError::VerdictToken { judge: self.cfg.name.clone(), word: word.clone() });
+            }
+            sets.push(Some(VariantSet::Ids(ids)));
+        }
+        let mut sets = sets.into_iter();
+        match (sets.next().flatten(), sets.next().flatten(), sets.next().flatten()) {
+            (Some(p), Some(n), tie) => Ok(Some((p, n, tie))),
+            _ => Ok(None),
+        }
+    }
+
+    /// `text`'s token ids from the first server that answers `/tokenize` (the body
+    /// carries vLLM's and llama-server's field names), without special tokens; `None`
+    /// when it answers anything but a token list.
+    async fn server_tokenize(&self, text: &str) -> Result<Option<Vec<u32>>, JudgeError> {
+        let body = json!({"model": self.cfg.model, "prompt": text, "content": text,
+                          "add_special_tokens": false, "add_special": false});
+        let body = serde_json::to_vec(&body).map_err(|e| self.load_err(e.to_string()))?;
+        let mut failures = Vec::new();
+        for i in 0..self.pool.server_count() {
+            let (status, bytes) = match self.pool.post_to_root(i, "/tokenize", &body).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    failures.push(e);
+                    continue;
+                }
+            };
+            if !(200..300).contains(&status) {
+                return Ok(None);
+            }
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            let Some(tokens) = v.get("tokens").and_then(|t| t.as_array()) else { return Ok(None) };
+            // llama-server gives `{id, piece}` objects when asked `with_pieces`.
+            let ids: Option<Vec<u32>> = tokens
+                .iter()
+                .map(|t| t.as_u64().or_else(|| t.get("id")?.as_u64()).and_then(|i| u32::try_from(i).ok()))
+                .collect();
+            return Ok(ids);
+        }
+        Err(self.load_err(format!("no server answered /tokenize: {}", failures.join("; "))))
     }
 
     fn load_err(&self, reason: String) -> JudgeError {
@@ -364,10 +450,11 @@ impl ServerJudge {
         self.pool.capacity()
     }
 
-    /// Verdict token ids (tokens mode), for the manifest.
+    /// Verdict token ids (tokens mode, or chat modes with the server's `/tokenize`), for
+    /// the manifest and for asking their log-probabilities by name.
     pub fn verdict_ids(&self) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
         let ids = |s: Option<&VariantSet>| match s {
-            Some(VariantSet::Ids(v)) => v.clone(),
+            Some(VariantSet::Ids(v)) => v.iter().map(|(i, _)| *i).collect(),
             _ => Vec::new(),
         };
         (ids(Some(&self.positive)), ids(Some(&self.negative)), ids(self.tie.as_ref()))
@@ -452,6 +539,14 @@ impl ServerJudge {
                     messages.push(json!({"role": "assistant", "content": self.template.answer_prefix}));
                     body["continue_final_message"] = json!(true);
                     body["add_generation_prompt"] = json!(false);
+                }
+                if !named.is_empty() {
+                    body["logprob_token_ids"] = json!(named);
+                    body["token_ids_logprob"] = json!(named);
+                    // chat-generate finds the verdict position from the tokens' texts.
+                    if mode == ServerMode::ChatPrefill {
+                        body["return_tokens_as_token_ids"] = json!(true);
+                    }
                 }
                 body["messages"] = json!(messages);
                 (format!("{}/chat/completions", self.api), body)
@@ -625,7 +720,7 @@ impl Default for ServerJudgeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{scripted, word_level_dir};
+    use crate::testutil::{scripted, scripted_seen, word_level_dir};
 
     /// A `text`-mode judge over a scripted server whose answers report `prompt_tokens`
     /// (the rendered probe has 8 tokens: `<s> S: <unk> U: <unk> <unk> A: [[`) and the
@@ -643,16 +738,7 @@ mod tests {
         )
         .leak();
         let (url, _h) = scripted(vec![(200, "", models), (200, "", answer), (200, "", answer)]);
-        let template = Template {
-            task: "t".into(),
-            system: "sys".into(),
-            user: "{q}".into(),
-            answer_prefix: "[[".into(),
-            positive: "Yes".into(),
-            negative: "No".into(),
-            tie: None,
-            source_text: String::new(),
-        };
+        let template = yes_no_template();
         let cfg = ServerJudgeConfig {
             name: "j".into(),
             base_urls: vec![url],
@@ -669,6 +755,87 @@ mod tests {
             assert_eq!(judge.mode(), ServerMode::Text);
             judge.score("e", &ServerPrompt::Tokens(vec![0; 8])).await
         })
+    }
+
+    fn yes_no_template() -> Template {
+        Template {
+            task: "t".into(),
+            system: "sys".into(),
+            user: "{q}".into(),
+            answer_prefix: "[[".into(),
+            positive: "Yes".into(),
+            negative: "No".into(),
+            tie: None,
+            source_text: String::new(),
+        }
+    }
+
+    /// A `chat-prefill` judge without a tokenizer over a scripted server: `/models`, then
+    /// the given `/tokenize` answers (one per verdict variant), then the probe's and one
+    /// example's answer. Returns the verdict, the judge's identity and the requests seen.
+    fn chat_judge(
+        tokenize: Vec<(u16, &'static str, &'static str)>,
+        answer: &'static str,
+    ) -> (Verdict, String, Vec<String>) {
+        let mut script = vec![(200, "", r#"{"data": [{"id": "m", "owned_by": "stub"}]}"#)];
+        script.extend(tokenize);
+        script.extend([(200, "", answer), (200, "", answer)]);
+        let (url, seen, _h) = scripted_seen(script);
+        let cfg = ServerJudgeConfig {
+            name: "j".into(),
+            base_urls: vec![format!("{url}/v1")],
+            model: "m".into(),
+            mode: Some(ServerMode::ChatPrefill),
+            pool: PoolConfig { timeout: Duration::from_secs(5), retries: 0, ..PoolConfig::default() },
+            ..ServerJudgeConfig::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (verdict, identity) = rt.block_on(async {
+            let judge = ServerJudge::load(cfg, yes_no_template(), None).await.unwrap();
+            let prompt = ServerPrompt::Chat { system: "s".into(), user: "u".into() };
+            (judge.score("e", &prompt).await.unwrap(), judge.identity().to_owned())
+        });
+        let seen = seen.lock().unwrap().clone();
+        (verdict, identity, seen)
+    }
+
+    /// Without a tokenizer, chat modes take the verdict ids from the server's `/tokenize`
+    /// (at the root, outside `/v1`), ask for their log-probabilities by name and read
+    /// them by id; the identity (so the cache key) says so.
+    #[test]
+    fn chat_modes_take_verdict_ids_from_the_servers_tokenize() {
+        let tokenize = ["[11]", "[12]", "[13]", "[14]", "[21]", "[22]", "[23]", "[24]"]
+            .map(|t| (200, "", &*format!(r#"{{"count": 1, "tokens": {t}}}"#).leak()))
+            .to_vec();
+        let answer = r#"{"choices": [{"logprobs": {"content": [{"token": "token_id:11", "logprob": -0.2,
+            "top_logprobs": [{"token": "token_id:11", "logprob": -0.2}, {"token": "token_id:21", "logprob": -2.0},
+              {"token": "token_id:12", "logprob": -5.0}, {"token": "token_id:13", "logprob": -6.0},
+              {"token": "token_id:14", "logprob": -7.0}, {"token": "token_id:22", "logprob": -8.0},
+              {"token": "token_id:23", "logprob": -9.0}, {"token": "token_id:24", "logprob": -9.5},
+              {"token": "Yes", "logprob": -3.0}]}]}}]}"#;
+        let (v, identity, seen) = chat_judge(tokenize, answer);
+        let py: f64 = [-0.2f64, -5.0, -6.0, -7.0].iter().map(|l| l.exp()).sum();
+        let pn: f64 = [-2.0f64, -8.0, -9.0, -9.5].iter().map(|l| l.exp()).sum();
+        assert!((v.p_positive - py).abs() < 1e-12 && (v.p_negative - pn).abs() < 1e-12 && v.exact, "{v:?}");
+        assert!(identity.ends_with("; verdict ids from the server's /tokenize"), "{identity}");
+        assert!(seen[1].starts_with("POST /tokenize ") && seen[1].contains(r#""prompt":"Yes""#), "{}", seen[1]);
+        let ask = &seen[seen.len() - 1];
+        assert!(ask.starts_with("POST /v1/chat/completions "), "{ask}");
+        assert!(ask.contains(r#""logprob_token_ids":[11,12,13,14,21,22,23,24]"#), "{ask}");
+        assert!(ask.contains(r#""return_tokens_as_token_ids":true"#), "{ask}");
+    }
+
+    /// A server without `/tokenize` (mistral.rs, Ollama, hosted APIs): verdict tokens are
+    /// matched by text and no ids are named.
+    #[test]
+    fn chat_modes_without_tokenize_match_verdicts_by_text() {
+        let answer = r#"{"choices": [{"logprobs": {"content": [{"token": "Yes", "logprob": -0.3,
+            "top_logprobs": [{"token": "Yes", "logprob": -0.3}, {"token": "No", "logprob": -1.5}]}]}}]}"#;
+        let (v, identity, seen) = chat_judge(vec![(404, "", "Not Found")], answer);
+        assert!((v.p_positive - (-0.3f64).exp()).abs() < 1e-12 && !v.exact, "{v:?}");
+        assert!(!identity.contains("/tokenize"), "{identity}");
+        assert_eq!(seen.len(), 4, "models, one /tokenize, probe, example");
+        assert!(!seen[3].contains("logprob_token_ids"), "{}", seen[3]);
     }
 
     #[test]

@@ -3,18 +3,28 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
 
 /// A test double: a loopback HTTP server answering each connection from a script of
 /// (status, headers, body), then 200 with `ok` forever.
 pub(crate) fn scripted(script: Vec<(u16, &'static str, &'static str)>) -> (String, std::thread::JoinHandle<()>) {
+    let (url, _seen, handle) = scripted_seen(script);
+    (url, handle)
+}
+
+/// [`scripted`], also keeping each request it received (request line, headers, body).
+pub(crate) fn scripted_seen(
+    script: Vec<(u16, &'static str, &'static str)>,
+) -> (String, Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
     let handle = std::thread::spawn(move || {
         let mut script = script.into_iter();
         for stream in listener.incoming().take(20) {
             let Ok(mut stream) = stream else { break };
-            let mut buf = [0u8; 8192];
-            let _ = stream.read(&mut buf);
+            kept.lock().unwrap().push(read_request(&mut stream));
             let (status, headers, body) = script.next().unwrap_or((200, "", "ok"));
             let resp = format!(
                 "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
@@ -23,7 +33,32 @@ pub(crate) fn scripted(script: Vec<(u16, &'static str, &'static str)>) -> (Strin
             let _ = stream.write_all(resp.as_bytes());
         }
     });
-    (url, handle)
+    (url, seen, handle)
+}
+
+/// One HTTP request's text: the head, then as many body bytes as `content-length` says.
+fn read_request(stream: &mut impl Read) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = stream.read(&mut buf) {
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let Some(head_end) = text.find("\r\n\r\n") else {
+            if n == 0 {
+                break;
+            }
+            continue;
+        };
+        let length = text[..head_end]
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        if n == 0 || got.len() >= head_end + 4 + length {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }
 
 /// A tokenizer directory with a word-level vocabulary (`<s>`, `<unk>`, `sys`, `hi`,
