@@ -798,3 +798,27 @@ fn aggregate_writes_a_report_and_jury_report_rewrites_it() {
     assert!(without.status.success());
     assert_eq!(fs::read_to_string(out.join("report.html")).unwrap(), html, "the same inputs, the same page");
 }
+
+/// A crowd as sparse as it gets: 200,000 judges, each with one judgment on an example of
+/// its own (a 4.4 MB file; a dense matrix, or a report with a judge-by-judge map of all
+/// of them, would need hundreds of gigabytes): aggregated, scored and reported.
+#[test]
+fn a_crowd_of_200000_judges_each_on_its_own_example_aggregates_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut judgments, mut labels) = (String::from("example_id,judge,p\n"), String::from("example_id,label\n"));
+    for i in 0..200_000 {
+        judgments.push_str(&format!("e{i},j{i},{}\n", if i % 3 == 0 { 0.2 } else { 0.9 }));
+        labels.push_str(&format!("e{i},{}\n", usize::from(i % 3 != 0)));
+    }
+    let (j, l, out_dir) = (dir.path().join("j.csv"), dir.path().join("l.csv"), dir.path().join("out"));
+    fs::write(&j, judgments).unwrap();
+    fs::write(&l, labels).unwrap();
+    let out = jury(&["aggregate", "--judgments", path_str(&j), "--labels", path_str(&l), "--out", path_str(&out_dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!((m["n_examples"].as_u64(), m["n_judges"].as_u64()), (Some(200_000), Some(200_000)));
+    assert_eq!(m["methods"]["mv"]["accuracy"].as_f64(), Some(1.0), "every vote is right");
+    let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(report.contains("The 30 judges with the most judgments of 200000"));
+    assert!(report.len() < 2_000_000, "report of {} bytes", report.len());
+}

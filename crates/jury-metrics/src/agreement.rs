@@ -21,15 +21,18 @@ pub fn wilson_interval(hits: usize, n: usize, z: f64) -> Option<(f64, f64)> {
 /// each rater's own class shares. `None` with no shared item, or when chance agreement
 /// is 1 (both always give the same one class).
 pub fn cohen_kappa(a: &[Option<usize>], b: &[Option<usize>], n_classes: usize) -> Option<f64> {
+    cohen_kappa_pairs(a.iter().zip(b).filter_map(|(x, y)| Some(((*x)?, (*y)?))), n_classes)
+}
+
+/// [`cohen_kappa`] from the pairs of classes of the items both raters rated.
+pub fn cohen_kappa_pairs(pairs: impl IntoIterator<Item = (usize, usize)>, n_classes: usize) -> Option<f64> {
     let (mut agree, mut n) = (0usize, 0usize);
     let (mut ca, mut cb) = (vec![0usize; n_classes], vec![0usize; n_classes]);
-    for (x, y) in a.iter().zip(b) {
-        if let (Some(x), Some(y)) = (x, y) {
-            n += 1;
-            agree += usize::from(x == y);
-            ca[*x] += 1;
-            cb[*y] += 1;
-        }
+    for (x, y) in pairs {
+        n += 1;
+        agree += usize::from(x == y);
+        ca[x] += 1;
+        cb[y] += 1;
     }
     if n == 0 {
         return None;

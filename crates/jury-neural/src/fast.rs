@@ -125,8 +125,9 @@ impl CustomOp2 for MaskedSoftmax {
         out.par_chunks_mut(t).zip(s.par_chunks(t)).enumerate().for_each(|(row, (o, x))| {
             let m = &mask[(row / (h * q)) * t..][..t];
             let max = lanes(
-                x.iter().zip(m).map(|(&v, &m)| if m > 0.5 { v } else { f32::NEG_INFINITY }),
+                [x, m],
                 f32::NEG_INFINITY,
+                |[v, m]| if m > 0.5 { v } else { f32::NEG_INFINITY },
                 |a, b| if b > a { b } else { a },
             );
             if max == f32::NEG_INFINITY {
@@ -134,41 +135,62 @@ impl CustomOp2 for MaskedSoftmax {
             }
             // Branch-free so that it vectorises; a padded key's weight is multiplied by 0.
             for ((o, &v), &keep) in o.iter_mut().zip(x).zip(m) {
-                *o = exp(((v - max) * scale).max(-87.0)) * keep;
+                *o = exp((v - max) * scale) * keep;
             }
-            let sum = lanes(o.iter().copied(), 0.0, |a, b| a + b);
+            let sum = lanes([&*o], 0.0, |[v]| v, |a, b| a + b);
             o.iter_mut().for_each(|v| *v /= sum);
         });
         Ok((CpuStorage::F32(out), sl.shape().clone()))
     }
 }
 
-/// Folds with 8 independent accumulators (a sequential fold over f32 cannot be
-/// vectorised, since reassociating it changes the result).
+/// Folds `item` of the slices' elements at each index (up to the shortest slice) with 8
+/// independent accumulators, index `i` into accumulator `i % 8` (a sequential fold over
+/// f32 cannot be vectorised, since reassociating it changes the result). Whole blocks of
+/// 8 are fixed-size arrays, so the inner loop has no bounds checks and vectorises.
 #[inline(always)]
-pub(crate) fn lanes(x: impl Iterator<Item = f32>, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+pub(crate) fn lanes<const K: usize>(
+    xs: [&[f32]; K],
+    init: f32,
+    item: impl Fn([f32; K]) -> f32,
+    f: impl Fn(f32, f32) -> f32,
+) -> f32 {
+    let n = xs.iter().map(|x| x.len()).min().unwrap_or(0);
+    let blocks: [&[[f32; 8]]; K] = std::array::from_fn(|j| xs[j][..n].as_chunks::<8>().0);
     let mut acc = [init; 8];
-    for (i, v) in x.enumerate() {
-        acc[i % 8] = f(acc[i % 8], v);
+    #[expect(clippy::needless_range_loop, reason = "`b` indexes each of the K slices' blocks")]
+    for b in 0..n / 8 {
+        let rows: [&[f32; 8]; K] = std::array::from_fn(|j| &blocks[j][b]);
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = f(*acc, item(std::array::from_fn(|j| rows[j][k])));
+        }
+    }
+    for i in n / 8 * 8..n {
+        acc[i % 8] = f(acc[i % 8], item(std::array::from_fn(|j| xs[j][i])));
     }
     acc.into_iter().fold(init, &f)
 }
 
-/// e^x for x in [-87, 0] (Cephes' single-precision polynomial; relative error about
-/// 1e-7): no libm call, so loops over it vectorise.
+/// e^x for x <= 0, inputs below -87 taken as -87 (Cephes' single-precision polynomial;
+/// relative error about 1e-7): no libm call and no float-to-integer conversion, so loops
+/// over it vectorise.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
-    // Round to nearest by adding and subtracting 1.5 * 2^23: plain SSE2 arithmetic,
-    // where `round()` would be a libm call on the baseline x86-64 target.
+    let x = if x < -87.0 { -87.0 } else { x };
+    // Round to nearest by adding and subtracting 1.5 * 2^23 (plain SSE2 arithmetic, where
+    // `round()` would be a libm call on the baseline x86-64 target); the sum's low
+    // mantissa bits then hold n as an integer.
     const MAGIC: f32 = 12_582_912.0;
-    let n = (x * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
+    let t = x * std::f32::consts::LOG2_E + MAGIC;
+    let n = t - MAGIC;
+    let n_int = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let mut p = 1.987_569_1e-4f32;
     for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1] {
         p = p * r + c;
     }
     let e = p * r * r + r + 1.0;
-    e * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    e * f32::from_bits((n_int.wrapping_add(127) << 23) as u32)
 }
 
 /// Exact-form GELU, x * Phi(x), in parallel chunks.
@@ -253,6 +275,23 @@ mod tests {
             let x = -(i as f32) / 1000.0;
             let rel = (exp(x) - x.exp()).abs() / x.exp();
             assert!(rel < 5e-7, "exp({x}): {} vs {}", exp(x), x.exp());
+        }
+        assert_eq!(exp(-1000.0), exp(-87.0));
+    }
+
+    /// Blocks of 8 and the tail fold into the same accumulators as element `i` into
+    /// `i % 8` one by one: the same bits, whatever the length.
+    #[test]
+    fn lanes_fold_like_eight_interleaved_accumulators() {
+        for n in 0..40 {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 1e3).collect();
+            let b: Vec<f32> = (0..n + 3).map(|i| (i as f32 * 0.11).cos()).collect();
+            let mut acc = [0f32; 8];
+            for i in 0..n {
+                acc[i % 8] += a[i] * b[i];
+            }
+            let want = acc.into_iter().fold(0.0, |x, y| x + y);
+            assert_eq!(lanes([&a, &b], 0.0, |[a, b]| a * b, |x, y| x + y).to_bits(), want.to_bits(), "n = {n}");
         }
     }
 

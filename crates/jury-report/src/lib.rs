@@ -167,6 +167,32 @@ mod tests {
         assert!(html.contains("odd &lt;i&gt;"));
     }
 
+    /// A crowd of 100 judges, `crowdK` on `K + 1` of 200 examples: the judge views show
+    /// the 30 most active ones and say so; the others appear in no table or map.
+    #[test]
+    fn a_large_crowd_shows_its_most_active_judges() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        for k in 0..100 {
+            for n in 0..=k {
+                let p = if (n + k) % 3 == 0 { 0.2 } else { 0.8 };
+                b.push_binary(&format!("e{:03}", (n * 7 + k) % 200), &format!("crowd{k:02}"), Some(p)).unwrap();
+            }
+        }
+        let j = b.build();
+        let labels = Labels::new(2, (0..j.n_examples()).map(|n| Some(n % 2)).collect()).unwrap();
+        let settings = jury_study::Settings::new(&jury_study::AggregateOptions::default()).unwrap();
+        jury_study::run(&j, Some(&labels), &settings, &|_| {}).unwrap().write(dir.path()).unwrap();
+        let html =
+            render(&Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None }).unwrap();
+        assert!(html.contains("The 30 judges with the most judgments of 100"), "no note");
+        for k in 0..100 {
+            let row = format!("<tr><td>crowd{k:02}</td>");
+            assert_eq!(html.contains(&row), k >= 70, "crowd{k:02}");
+        }
+        assert_eq!(html.matches("<tr><td>crowd").count(), 2 * 30, "judges' and Dawid-Skene's tables");
+    }
+
     /// The hardest examples (every judge wrong) appear with their text, escaped.
     #[test]
     fn hardest_examples_show_their_escaped_text() {

@@ -1,7 +1,7 @@
 //! What the page shows, computed from a run's files and inputs: typed rows and charts
 //! the template lays out. Numbers shown for methods and judges are metrics.json's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
@@ -122,6 +122,8 @@ pub(crate) struct Page {
     pub(crate) title: String,
     pub(crate) facts: Vec<(String, String)>,
     pub(crate) judges: Vec<JudgeRow>,
+    /// Said when the judge views show only some of the judges ([`MAX_JUDGES_SHOWN`]).
+    pub(crate) judges_note: Option<String>,
     /// Whether the judges' table has the run's columns (captured mass, exact share).
     pub(crate) judged_here: bool,
     /// Whether it has the position-consistency column (both orders judged).
@@ -290,7 +292,16 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let by_order = dir.join("judgments_by_order.csv");
     let consistency =
         if by_order.is_file() { Some(position_consistency(&jury_io::read_by_order(&by_order)?)) } else { None };
-    let mut judges = judge_rows(j, labels, &metrics, &manifest)?;
+    let shown = shown_judges(j);
+    let judges_note = (shown.len() < j.n_judges()).then(|| {
+        format!(
+            "The {} judges with the most judgments of {} (in the table, the accuracy chart, the agreement map and \
+             the Dawid-Skene table).",
+            shown.len(),
+            j.n_judges()
+        )
+    });
+    let mut judges = judge_rows(j, &shown, labels, &metrics, &manifest)?;
     if let Some(c) = &consistency {
         for row in &mut judges {
             row.consistency = c.get(&row.name).map(|s| format!("{s:.3}"));
@@ -299,8 +310,8 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let both_orders = consistency.is_some();
     let judged_here = !manifest.judges.is_empty();
     let methods = method_rows(&metrics);
-    let accuracy_svg = accuracy_chart(j, labels, &metrics)?;
-    let kappa_svg = if j.n_judges() >= 2 { Some(kappa_chart(j)?) } else { None };
+    let accuracy_svg = accuracy_chart(j, &shown, labels, &metrics)?;
+    let kappa_svg = if shown.len() >= 2 { Some(kappa_chart(j, &shown)?) } else { None };
     let mut calibration = Vec::new();
     if let Some(l) = labels {
         for p in &predictions.methods {
@@ -315,7 +326,8 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             });
         }
     }
-    let confusion = confusion_rows(&metrics);
+    let names: HashSet<&str> = shown.iter().map(|&k| j.judge_names()[k].as_str()).collect();
+    let confusion = confusion_rows(&metrics, &names);
     let slopes = slope_plots(&metrics)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
     let category_file = dir.join("categories.csv");
@@ -327,6 +339,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         title,
         facts,
         judges,
+        judges_note,
         judged_here,
         both_orders,
         methods,
@@ -356,8 +369,35 @@ fn judge_hits(j: &Judgments, labels: &Labels) -> Vec<(usize, usize)> {
 
 const Z95: f64 = 1.959963984540054;
 
+/// Judges the per-judge views show at most: a crowd of 200,000 judges gets a page of
+/// the ones with the most judgments, not a 200,000-row table and a 200,000-square map.
+const MAX_JUDGES_SHOWN: usize = 30;
+
+/// The judges the per-judge views show, in the judgments' order: all of them, or the
+/// [`MAX_JUDGES_SHOWN`] with the most judgments (the earlier judge on ties).
+fn shown_judges(j: &Judgments) -> Vec<usize> {
+    if j.n_judges() <= MAX_JUDGES_SHOWN {
+        return (0..j.n_judges()).collect();
+    }
+    let mut count = vec![0usize; j.n_judges()];
+    for (_, k, _) in j.entries() {
+        count[k] += 1;
+    }
+    let mut order: Vec<usize> = (0..j.n_judges()).collect();
+    order.sort_by_key(|&k| (std::cmp::Reverse(count[k]), k));
+    order.truncate(MAX_JUDGES_SHOWN);
+    order.sort_unstable();
+    order
+}
+
+/// metrics.json's judge entries by name.
+fn judge_entries(metrics: &MetricsFile) -> HashMap<&str, &JudgeEntry> {
+    metrics.judges.0.iter().map(|(n, e)| (n.as_str(), e)).collect()
+}
+
 fn judge_rows(
     j: &Judgments,
+    shown: &[usize],
     labels: Option<&Labels>,
     metrics: &MetricsFile,
     manifest: &ManifestFile,
@@ -368,16 +408,13 @@ fn judge_rows(
         positive[k].0 += p[p.len() - 1];
         positive[k].1 += 1;
     }
-    j.judge_names()
+    let entries = judge_entries(metrics);
+    shown
         .iter()
-        .enumerate()
-        .map(|(k, name)| {
-            let entry = metrics
-                .judges
-                .0
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, e)| e)
+        .map(|&k| {
+            let name = &j.judge_names()[k];
+            let entry = entries
+                .get(name.as_str())
                 .ok_or_else(|| ReportError::Mismatch(format!("judge `{name}` is not in metrics.json")))?;
             let interval = hits.as_ref().and_then(|h| jury_metrics::wilson_interval(h[k].0, h[k].1, Z95));
             Ok(JudgeRow {
@@ -428,14 +465,17 @@ fn method_rows(metrics: &MetricsFile) -> Vec<MethodRow> {
 
 fn accuracy_chart(
     j: &Judgments,
+    shown: &[usize],
     labels: Option<&Labels>,
     metrics: &MetricsFile,
 ) -> Result<Option<String>, ReportError> {
     let Some(l) = labels else { return Ok(None) };
     let hits = judge_hits(j, l);
+    let entries = judge_entries(metrics);
     let mut bars: Vec<plots::Bar> = Vec::new();
-    for (k, name) in j.judge_names().iter().enumerate() {
-        let Some(acc) = metrics.judges.0.iter().find(|(n, _)| n == name).and_then(|(_, e)| e.accuracy) else {
+    for &k in shown {
+        let name = &j.judge_names()[k];
+        let Some(acc) = entries.get(name.as_str()).and_then(|e| e.accuracy) else {
             continue;
         };
         bars.push(plots::Bar {
@@ -462,21 +502,43 @@ fn accuracy_chart(
     Ok(Some(plots::accuracy_bars(&bars)?))
 }
 
-fn kappa_chart(j: &Judgments) -> Result<String, ReportError> {
-    let votes: Vec<Vec<Option<usize>>> =
-        (0..j.n_judges()).map(|k| (0..j.n_examples()).map(|n| j.vote(n, k)).collect()).collect();
-    let kappa: Vec<Vec<Option<f64>>> = (0..j.n_judges())
-        .map(|a| (0..j.n_judges()).map(|b| jury_metrics::cohen_kappa(&votes[a], &votes[b], j.n_classes())).collect())
+/// Cohen's kappa between the shown judges, their hard votes kept as one `u32` per
+/// example (memory: shown judges x examples x 4 bytes).
+fn kappa_chart(j: &Judgments, shown: &[usize]) -> Result<String, ReportError> {
+    const NONE: u32 = u32::MAX;
+    let mut position = vec![None; j.n_judges()];
+    for (i, &k) in shown.iter().enumerate() {
+        position[k] = Some(i);
+    }
+    let mut votes = vec![vec![NONE; j.n_examples()]; shown.len()];
+    for (n, k, p) in j.entries() {
+        if let Some(i) = position[k] {
+            votes[i][n] = jury_core::argmax(p) as u32;
+        }
+    }
+    let kappa: Vec<Vec<Option<f64>>> = votes
+        .iter()
+        .map(|a| {
+            votes
+                .iter()
+                .map(|b| {
+                    let both = a.iter().zip(b).filter(|&(&x, &y)| x != NONE && y != NONE);
+                    jury_metrics::cohen_kappa_pairs(both.map(|(&x, &y)| (x as usize, y as usize)), j.n_classes())
+                })
+                .collect()
+        })
         .collect();
-    plots::kappa_heatmap(j.judge_names(), &kappa)
+    let names: Vec<String> = shown.iter().map(|&k| j.judge_names()[k].clone()).collect();
+    plots::kappa_heatmap(&names, &kappa)
 }
 
-fn confusion_rows(metrics: &MetricsFile) -> Vec<ConfusionRow> {
+fn confusion_rows(metrics: &MetricsFile, shown: &HashSet<&str>) -> Vec<ConfusionRow> {
     let Some((_, ds)) = metrics.methods.0.iter().find(|(_, m)| m.confusion.is_some()) else { return Vec::new() };
     let Some(confusion) = &ds.confusion else { return Vec::new() };
     confusion
         .0
         .iter()
+        .filter(|(judge, _)| shown.contains(judge.as_str()))
         .map(|(judge, rows)| ConfusionRow {
             judge: judge.clone(),
             cells: rows.iter().enumerate().map(|(t, r)| f4(r.get(t).copied().unwrap_or(f64::NAN))).collect(),
@@ -486,14 +548,13 @@ fn confusion_rows(metrics: &MetricsFile) -> Vec<ConfusionRow> {
 
 fn slope_plots(metrics: &MetricsFile) -> Result<Vec<SlopePlot>, ReportError> {
     let mut out = Vec::new();
+    let entries = judge_entries(metrics);
     for (name, m) in &metrics.methods.0 {
         let Some(slopes) = &m.slopes else { continue };
         let points: Vec<(f64, f64)> = slopes
             .0
             .iter()
-            .filter_map(|(judge, s)| {
-                metrics.judges.0.iter().find(|(n, _)| n == judge).and_then(|(_, e)| e.accuracy).map(|a| (a, *s))
-            })
+            .filter_map(|(judge, s)| entries.get(judge.as_str()).and_then(|e| e.accuracy).map(|a| (a, *s)))
             .collect();
         if points.is_empty() {
             continue;
