@@ -1,7 +1,7 @@
 """Aggregation at scale (run through scripts/bench-aggregate-scale): writes the two
 judgments files, runs `jury aggregate --methods avg,mv,ds` on each and prints wall time
 and peak resident memory."""
-import os, random, subprocess, sys, tempfile
+import os, random, shutil, subprocess, sys, tempfile
 
 jury = sys.argv[1]
 work = tempfile.mkdtemp(prefix="bench-aggregate-")
@@ -49,6 +49,7 @@ def run(path, out):
                         "--methods", "avg,mv,ds", "--out", out],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
+        shutil.rmtree(work)
         sys.exit(f"jury aggregate failed on {path}: {r.stderr}")
     secs, kb = r.stderr.strip().splitlines()[-1].split()
     return float(secs), int(kb) / 1024
@@ -65,3 +66,4 @@ for name, file, make in [("1,000,000 x 20, 30% missing", "dense.csv", dense),
 print(f"{'judgments file':<44} {'MB':>7} {'seconds':>8} {'peak MB':>8}")
 for name, mb, secs, peak in rows:
     print(f"{name:<44} {mb:>7.0f} {secs:>8.1f} {peak:>8.0f}")
+shutil.rmtree(work)

@@ -21,18 +21,30 @@ pub fn wilson_interval(hits: usize, n: usize, z: f64) -> Option<(f64, f64)> {
 /// each rater's own class shares. `None` with no shared item, or when chance agreement
 /// is 1 (both always give the same one class).
 pub fn cohen_kappa(a: &[Option<usize>], b: &[Option<usize>], n_classes: usize) -> Option<f64> {
-    cohen_kappa_pairs(a.iter().zip(b).filter_map(|(x, y)| Some(((*x)?, (*y)?))), n_classes)
+    let mut table = vec![0usize; n_classes * n_classes];
+    for (x, y) in a.iter().zip(b) {
+        if let (Some(x), Some(y)) = (x, y) {
+            table[x * n_classes + y] += 1;
+        }
+    }
+    cohen_kappa_table(&table, n_classes)
 }
 
-/// [`cohen_kappa`] from the pairs of classes of the items both raters rated.
-pub fn cohen_kappa_pairs(pairs: impl IntoIterator<Item = (usize, usize)>, n_classes: usize) -> Option<f64> {
+/// [`cohen_kappa`] from the table of the items both raters rated: `table[x * n_classes +
+/// y]` items the first rated `x` and the second `y`.
+pub fn cohen_kappa_table(table: &[usize], n_classes: usize) -> Option<f64> {
     let (mut agree, mut n) = (0usize, 0usize);
     let (mut ca, mut cb) = (vec![0usize; n_classes], vec![0usize; n_classes]);
-    for (x, y) in pairs {
-        n += 1;
-        agree += usize::from(x == y);
-        ca[x] += 1;
-        cb[y] += 1;
+    for x in 0..n_classes {
+        for y in 0..n_classes {
+            let c = table[x * n_classes + y];
+            n += c;
+            if x == y {
+                agree += c;
+            }
+            ca[x] += c;
+            cb[y] += c;
+        }
     }
     if n == 0 {
         return None;

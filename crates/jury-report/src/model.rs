@@ -503,31 +503,36 @@ fn accuracy_chart(
 }
 
 /// Cohen's kappa between the shown judges, their hard votes kept as one `u32` per
-/// example (memory: shown judges x examples x 4 bytes).
+/// example (memory: shown judges x examples x 4 bytes; class `n_classes` = no vote), each
+/// pair counted once into a table with a row and a column for "no vote".
 fn kappa_chart(j: &Judgments, shown: &[usize]) -> Result<String, ReportError> {
-    const NONE: u32 = u32::MAX;
+    let c = j.n_classes();
     let mut position = vec![None; j.n_judges()];
     for (i, &k) in shown.iter().enumerate() {
         position[k] = Some(i);
     }
-    let mut votes = vec![vec![NONE; j.n_examples()]; shown.len()];
+    let mut votes = vec![vec![c as u32; j.n_examples()]; shown.len()];
     for (n, k, p) in j.entries() {
         if let Some(i) = position[k] {
             votes[i][n] = jury_core::argmax(p) as u32;
         }
     }
-    let kappa: Vec<Vec<Option<f64>>> = votes
-        .iter()
-        .map(|a| {
-            votes
-                .iter()
-                .map(|b| {
-                    let both = a.iter().zip(b).filter(|&(&x, &y)| x != NONE && y != NONE);
-                    jury_metrics::cohen_kappa_pairs(both.map(|(&x, &y)| (x as usize, y as usize)), j.n_classes())
-                })
-                .collect()
-        })
-        .collect();
+    let mut kappa = vec![vec![None; shown.len()]; shown.len()];
+    let mut table = vec![0usize; (c + 1) * (c + 1)];
+    let mut both = vec![0usize; c * c];
+    for a in 0..shown.len() {
+        for b in a..shown.len() {
+            table.iter_mut().for_each(|t| *t = 0);
+            for (&x, &y) in votes[a].iter().zip(&votes[b]) {
+                table[x as usize * (c + 1) + y as usize] += 1;
+            }
+            for x in 0..c {
+                both[x * c..(x + 1) * c].copy_from_slice(&table[x * (c + 1)..x * (c + 1) + c]);
+            }
+            let k = jury_metrics::cohen_kappa_table(&both, c);
+            (kappa[a][b], kappa[b][a]) = (k, k);
+        }
+    }
     let names: Vec<String> = shown.iter().map(|&k| j.judge_names()[k].clone()).collect();
     plots::kappa_heatmap(&names, &kappa)
 }
