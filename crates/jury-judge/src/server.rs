@@ -161,14 +161,29 @@ pub struct ServerJudge {
     tie: Option<VariantSet>,
     pool: Pool,
     identity: String,
-    /// Chat modes: verdict tokens known by the ids the server's `/tokenize` gave.
-    ids_from_server: bool,
     /// `/v1` appended to base URLs that lack it.
     api: &'static str,
 }
 
 fn word_variants(word: &str) -> [String; 4] {
     [word.to_owned(), format!(" {word}"), word.to_lowercase(), format!(" {}", word.to_lowercase())]
+}
+
+/// The variants of `word` that are one token each, as (id, text), each id once (its
+/// first variant); `VerdictToken` when no variant is a single token.
+fn single_token_ids(judge: &str, word: &str, encoded: Vec<(String, Vec<u32>)>) -> Result<VariantSet, JudgeError> {
+    let mut ids: Vec<(u32, String)> = Vec::new();
+    for (text, encoding) in encoded {
+        if let [id] = encoding[..]
+            && !ids.iter().any(|(i, _)| *i == id)
+        {
+            ids.push((id, text));
+        }
+    }
+    if ids.is_empty() {
+        return Err(JudgeError::VerdictToken { judge: judge.to_owned(), word: word.to_owned() });
+    }
+    Ok(VariantSet::Ids(ids))
 }
 
 impl ServerJudge {
@@ -205,18 +220,12 @@ impl ServerJudge {
         let (positive, negative, tie) = match &tokenizer {
             Some(tok) if mode == ServerMode::Tokens => {
                 let ids = |word: &str| -> Result<VariantSet, JudgeError> {
-                    let mut ids = Vec::new();
+                    let mut encoded = Vec::new();
                     for v in word_variants(word) {
-                        if let [id] = tok.encode_text(&v).map_err(err)?[..]
-                            && !ids.iter().any(|(i, _)| *i == id)
-                        {
-                            ids.push((id, v));
-                        }
+                        let ids = tok.encode_text(&v).map_err(err)?;
+                        encoded.push((v, ids));
                     }
-                    if ids.is_empty() {
-                        return Err(JudgeError::VerdictToken { judge: cfg.name.clone(), word: word.to_owned() });
-                    }
-                    Ok(VariantSet::Ids(ids))
+                    single_token_ids(&cfg.name, word, encoded)
                 };
                 let tie = template.tie.as_deref().map(ids).transpose()?;
                 (ids(&template.positive)?, ids(&template.negative)?, tie)
@@ -247,7 +256,6 @@ impl ServerJudge {
             tie,
             pool,
             identity: String::new(),
-            ids_from_server: false,
             api,
             cfg,
         };
@@ -256,7 +264,6 @@ impl ServerJudge {
             && let Some((positive, negative, tie)) = judge.server_verdict_ids().await?
         {
             (judge.positive, judge.negative, judge.tie) = (positive, negative, tie);
-            judge.ids_from_server = true;
             judge.identity.push_str("; verdict ids from the server's /tokenize");
         }
         judge.probe().await?;
@@ -326,35 +333,28 @@ impl ServerJudge {
     /// endpoint (mistral.rs, Ollama, hosted APIs): verdict tokens are then matched by
     /// text.
     async fn server_verdict_ids(&self) -> Result<Option<(VariantSet, VariantSet, Option<VariantSet>)>, JudgeError> {
-        let mut sets = Vec::new();
-        for word in [Some(&self.template.positive), Some(&self.template.negative), self.template.tie.as_ref()] {
-            let Some(word) = word else {
-                sets.push(None);
-                continue;
-            };
-            let mut ids: Vec<(u32, String)> = Vec::new();
-            for v in word_variants(word) {
-                match self.server_tokenize(&v).await? {
-                    None => return Ok(None),
-                    Some(t) => {
-                        if let [id] = t[..]
-                            && !ids.iter().any(|(i, _)| *i == id)
-                        {
-                            ids.push((id, v));
-                        }
-                    }
-                }
-            }
-            if ids.is_empty() {
-                return Err(JudgeError::VerdictToken { judge: self.cfg.name.clone(), word: word.clone() });
-            }
-            sets.push(Some(VariantSet::Ids(ids)));
+        let t = &self.template;
+        let Some(positive) = self.server_word_ids(&t.positive).await? else { return Ok(None) };
+        let Some(negative) = self.server_word_ids(&t.negative).await? else { return Ok(None) };
+        let tie = match &t.tie {
+            Some(word) => match self.server_word_ids(word).await? {
+                None => return Ok(None),
+                tie => tie,
+            },
+            None => None,
+        };
+        Ok(Some((positive, negative, tie)))
+    }
+
+    /// One verdict word's single-token variants by the server's ids; `None` at the first
+    /// variant the server does not tokenise.
+    async fn server_word_ids(&self, word: &str) -> Result<Option<VariantSet>, JudgeError> {
+        let mut encoded = Vec::new();
+        for v in word_variants(word) {
+            let Some(ids) = self.server_tokenize(&v).await? else { return Ok(None) };
+            encoded.push((v, ids));
         }
-        let mut sets = sets.into_iter();
-        match (sets.next().flatten(), sets.next().flatten(), sets.next().flatten()) {
-            (Some(p), Some(n), tie) => Ok(Some((p, n, tie))),
-            _ => Ok(None),
-        }
+        single_token_ids(&self.cfg.name, word, encoded).map(Some)
     }
 
     /// `text`'s token ids from the first server that answers `/tokenize` (the body

@@ -301,7 +301,9 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             j.n_judges()
         )
     });
-    let mut judges = judge_rows(j, &shown, labels, &metrics, &manifest)?;
+    let entries = judge_entries(&metrics);
+    let hits = labels.map(|l| judge_hits(j, l));
+    let mut judges = judge_rows(j, &shown, hits.as_deref(), &entries, &manifest)?;
     if let Some(c) = &consistency {
         for row in &mut judges {
             row.consistency = c.get(&row.name).map(|s| format!("{s:.3}"));
@@ -310,7 +312,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let both_orders = consistency.is_some();
     let judged_here = !manifest.judges.is_empty();
     let methods = method_rows(&metrics);
-    let accuracy_svg = accuracy_chart(j, &shown, labels, &metrics)?;
+    let accuracy_svg = accuracy_chart(j, &shown, labels.zip(hits.as_deref()), &entries, &metrics)?;
     let kappa_svg = if shown.len() >= 2 { Some(kappa_chart(j, &shown)?) } else { None };
     let mut calibration = Vec::new();
     if let Some(l) = labels {
@@ -328,7 +330,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     }
     let names: HashSet<&str> = shown.iter().map(|&k| j.judge_names()[k].as_str()).collect();
     let confusion = confusion_rows(&metrics, &names);
-    let slopes = slope_plots(&metrics)?;
+    let slopes = slope_plots(&metrics, &entries)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
     let category_file = dir.join("categories.csv");
     let (category_methods, categories) = match (labels, category_file.is_file()) {
@@ -398,17 +400,15 @@ fn judge_entries(metrics: &MetricsFile) -> HashMap<&str, &JudgeEntry> {
 fn judge_rows(
     j: &Judgments,
     shown: &[usize],
-    labels: Option<&Labels>,
-    metrics: &MetricsFile,
+    hits: Option<&[(usize, usize)]>,
+    entries: &HashMap<&str, &JudgeEntry>,
     manifest: &ManifestFile,
 ) -> Result<Vec<JudgeRow>, ReportError> {
-    let hits = labels.map(|l| judge_hits(j, l));
     let mut positive = vec![(0.0f64, 0usize); j.n_judges()];
     for (_, k, p) in j.entries() {
         positive[k].0 += p[p.len() - 1];
         positive[k].1 += 1;
     }
-    let entries = judge_entries(metrics);
     shown
         .iter()
         .map(|&k| {
@@ -416,7 +416,7 @@ fn judge_rows(
             let entry = entries
                 .get(name.as_str())
                 .ok_or_else(|| ReportError::Mismatch(format!("judge `{name}` is not in metrics.json")))?;
-            let interval = hits.as_ref().and_then(|h| jury_metrics::wilson_interval(h[k].0, h[k].1, Z95));
+            let interval = hits.and_then(|h| jury_metrics::wilson_interval(h[k].0, h[k].1, Z95));
             Ok(JudgeRow {
                 name: name.clone(),
                 accuracy: entry.accuracy.map(f4),
@@ -466,12 +466,11 @@ fn method_rows(metrics: &MetricsFile) -> Vec<MethodRow> {
 fn accuracy_chart(
     j: &Judgments,
     shown: &[usize],
-    labels: Option<&Labels>,
+    labeled: Option<(&Labels, &[(usize, usize)])>,
+    entries: &HashMap<&str, &JudgeEntry>,
     metrics: &MetricsFile,
 ) -> Result<Option<String>, ReportError> {
-    let Some(l) = labels else { return Ok(None) };
-    let hits = judge_hits(j, l);
-    let entries = judge_entries(metrics);
+    let Some((l, hits)) = labeled else { return Ok(None) };
     let mut bars: Vec<plots::Bar> = Vec::new();
     for &k in shown {
         let name = &j.judge_names()[k];
@@ -551,9 +550,8 @@ fn confusion_rows(metrics: &MetricsFile, shown: &HashSet<&str>) -> Vec<Confusion
         .collect()
 }
 
-fn slope_plots(metrics: &MetricsFile) -> Result<Vec<SlopePlot>, ReportError> {
+fn slope_plots(metrics: &MetricsFile, entries: &HashMap<&str, &JudgeEntry>) -> Result<Vec<SlopePlot>, ReportError> {
     let mut out = Vec::new();
-    let entries = judge_entries(metrics);
     for (name, m) in &metrics.methods.0 {
         let Some(slopes) = &m.slopes else { continue };
         let points: Vec<(f64, f64)> = slopes
