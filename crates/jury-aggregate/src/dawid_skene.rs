@@ -10,7 +10,7 @@
 //! likelihood (the classes it put weight on saw its own votes), so the posterior is
 //! always defined. A class or judge row with no weight falls back to uniform.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use jury_core::Judgments;
 use rand::{Rng, SeedableRng};
@@ -146,7 +146,7 @@ struct Votes {
 
 impl Votes {
     fn new(j: &Judgments) -> Self {
-        let mut index: HashMap<Vec<(u32, u32)>, u32> = HashMap::new();
+        let mut index: HashMap<Vec<(u32, u32)>, u32> = HashMap::default();
         let mut votes = Votes {
             n_classes: j.n_classes(),
             n_judges: j.n_judges(),
@@ -351,10 +351,11 @@ fn e_step(votes: &Votes, params: &Flat) -> (Vec<f64>, f64) {
             row.copy_from_slice(&params.class_prior);
             continue;
         }
-        let sum: f64 = lp.iter().map(|l| (l - max).exp()).sum();
         for (r, l) in row.iter_mut().zip(&lp) {
-            *r = (l - max).exp() / sum;
+            *r = (l - max).exp();
         }
+        let sum: f64 = row.iter().sum();
+        row.iter_mut().for_each(|r| *r /= sum);
         ll += votes.counts[p] * (max + sum.ln());
     }
     (out, ll)

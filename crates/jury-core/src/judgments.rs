@@ -164,6 +164,12 @@ impl JudgmentsBuilder {
 
     /// Registers an example (idempotent) and returns its index.
     pub fn example(&mut self, id: &str) -> usize {
+        // Files are usually example-major: the last example again skips the hash.
+        if let Some(n) = self.entries.last().map(|e| e.0 as usize)
+            && self.example_ids[n] == id
+        {
+            return n;
+        }
         intern(&mut self.example_index, &mut self.example_ids, id)
     }
 
@@ -240,15 +246,29 @@ impl JudgmentsBuilder {
         let (n, c) = (self.example_ids.len(), self.n_classes);
         let mut present: Vec<(u32, u32, u32)> = self.entries;
         present.retain(|e| e.2 != MISSING);
-        if !present.is_sorted_by_key(|e| (e.0, e.1)) {
-            present.sort_unstable_by_key(|e| (e.0, e.1));
-        }
         let mut row_start = vec![0usize; n + 1];
         for &(e, _, _) in &present {
             row_start[e as usize + 1] += 1;
         }
         for i in 0..n {
             row_start[i + 1] += row_start[i];
+        }
+        // Rows by a counting sort on the example (linear; skipped when entries came
+        // example-major), then each row, a few entries, by judge.
+        if !present.is_sorted_by_key(|e| e.0) {
+            let mut next = row_start.clone();
+            let mut by_row = vec![(0, 0, 0); present.len()];
+            for e in present {
+                by_row[next[e.0 as usize]] = e;
+                next[e.0 as usize] += 1;
+            }
+            present = by_row;
+        }
+        for w in row_start.windows(2) {
+            let row = &mut present[w[0]..w[1]];
+            if !row.is_sorted_by_key(|e| e.1) {
+                row.sort_unstable_by_key(|e| e.1);
+            }
         }
         // Entries pushed in (example, judge) order already lie in `values` in row order:
         // the usual example-major file keeps its buffer instead of copying it.
@@ -355,6 +375,47 @@ mod tests {
                 assert_eq!(got, !reference.insert((e, j)), "e{e} j{j}");
             }
             assert_eq!(b.build().n_present(), reference.len());
+        }
+    }
+
+    /// Whatever the push order (example-major with judges shuffled, examples that come
+    /// back, missing entries), every pushed value is found at its (example, judge) and
+    /// each row lists its judges strictly increasing.
+    #[test]
+    fn any_push_order_builds_the_same_matrix() {
+        let mut state = 99u64;
+        let mut next = |m: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        for grouped in [true, false] {
+            let mut cells: Vec<(u64, u64)> = (0..30).flat_map(|e| (0..7).map(move |j| (e, j))).collect();
+            for i in (1..cells.len()).rev() {
+                cells.swap(i, next(i as u64 + 1) as usize);
+            }
+            if grouped {
+                cells.sort_by_key(|&(e, _)| e);
+            }
+            let value = |e: u64, j: u64| ((e * 7 + j) % 97) as f64 / 100.0;
+            let mut b = JudgmentsBuilder::new(2).unwrap();
+            for &(e, j) in &cells {
+                let p = (next(4) != 0).then(|| value(e, j));
+                b.push_binary(&format!("e{e}"), &format!("j{j}"), p).unwrap();
+            }
+            let built = b.build();
+            let mut found = 0;
+            for n in 0..built.n_examples() {
+                let row: Vec<usize> = built.row(n).map(|(k, _)| k).collect();
+                assert!(row.windows(2).all(|w| w[0] < w[1]), "row {n}: {row:?}");
+                for (k, p) in built.row(n) {
+                    let e: u64 = built.example_ids()[n][1..].parse().unwrap();
+                    let j: u64 = built.judge_names()[k][1..].parse().unwrap();
+                    assert_eq!(p[1], value(e, j), "e{e} j{j}");
+                    found += 1;
+                }
+            }
+            assert_eq!(found, built.n_present());
+            assert!(found > 100 && found < 30 * 7, "{found} present");
         }
     }
 
