@@ -233,6 +233,23 @@ fn run_refuses_bad_templates_and_too_few_labels_before_writing_anything() {
     }
 }
 
+/// A budget the template alone exceeds would fail every example: the run stops when the
+/// judge has loaded, before judging, and leaves no output folder behind.
+#[test]
+fn a_token_budget_too_small_for_the_template_stops_the_run_before_judging() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = experiment(dir.path(), &demo_prompt(), 4, "");
+    fs::write(&cfg, fs::read_to_string(&cfg).unwrap().replace("max_prompt_tokens: 1024", "max_prompt_tokens: 8"))
+        .unwrap();
+    let out = jury(&["run", p(&cfg)]);
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("judge `smollm2-135m`: the prompt with every example field empty is already"), "{e}");
+    assert!(e.contains("over `max_prompt_tokens` (8)"), "{e}");
+    assert!(!e.contains("example `f"), "stopped before judging an example: {e}");
+    assert!(!dir.path().join("out").exists(), "the output folder was left behind");
+}
+
 #[test]
 fn run_refuses_a_symlinked_cache_and_a_foreign_output_folder() {
     let dir = tempfile::tempdir().unwrap();

@@ -55,6 +55,8 @@ pub struct OutputDir {
     dir: PathBuf,
     staging: PathBuf,
     owner: Owner,
+    /// Whether this open created the directory.
+    created: bool,
     _lock: File,
 }
 
@@ -72,6 +74,7 @@ impl OutputDir {
     /// refused unless `overwrite`, and a symbolic link among them always is. A directory
     /// whose marker names another owner is refused unless `overwrite`.
     pub fn open(dir: &Path, owner: Owner, names: &[&str], overwrite: bool) -> Result<Self, OutputError> {
+        let created = !dir.exists();
         std::fs::create_dir_all(dir).map_err(io(dir, "create the output directory"))?;
         let lock_path = dir.join(LOCK);
         if is_symlink(&lock_path) {
@@ -134,7 +137,23 @@ impl OutputDir {
             // publishes is resumed by its owner instead of refused as foreign files.
             write_marker(dir, &staging, &owner, false, &[])?;
         }
-        Ok(Self { dir: dir.to_owned(), staging, owner, _lock: lock })
+        Ok(Self { dir: dir.to_owned(), staging, owner, created, _lock: lock })
+    }
+
+    /// Gives the directory up after a failure that kept nothing (for example a judge's
+    /// setup failing before any judgment): a directory this open created, holding
+    /// nothing but jury's lock, marker and staging folder and empty files, is removed,
+    /// so the failed command leaves no trace. Any other directory stays as it is.
+    pub fn abandon(self) {
+        let unused = |entry: &std::fs::DirEntry| {
+            let name = entry.file_name();
+            [LOCK, MARKER, STAGING].iter().any(|n| name == *n)
+                || entry.metadata().is_ok_and(|m| m.is_file() && m.len() == 0)
+        };
+        let only_unused = std::fs::read_dir(&self.dir).is_ok_and(|mut d| d.all(|e| e.as_ref().is_ok_and(unused)));
+        if self.created && only_unused {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 
     /// The output directory.
@@ -246,6 +265,26 @@ mod tests {
     }
 
     const NAMES: &[&str] = &["a.csv", "b.json", "cache.jsonl"];
+
+    /// A directory the failed command created and kept nothing in goes; one with a
+    /// judgment in its cache, or one that was there before, stays.
+    #[test]
+    fn abandoning_removes_only_a_directory_this_open_created_and_left_empty() {
+        let root = tempfile::tempdir().unwrap();
+        let fresh = root.path().join("fresh");
+        let out = OutputDir::open(&fresh, owner("e"), NAMES, false).unwrap();
+        std::fs::write(out.path("cache.jsonl"), "").unwrap();
+        out.abandon();
+        assert!(!fresh.exists());
+        let out = OutputDir::open(&fresh, owner("e"), NAMES, false).unwrap();
+        std::fs::write(out.path("cache.jsonl"), "{}\n").unwrap();
+        out.abandon();
+        assert_eq!(std::fs::read_to_string(fresh.join("cache.jsonl")).unwrap(), "{}\n");
+        let before = root.path().join("before");
+        std::fs::create_dir(&before).unwrap();
+        OutputDir::open(&before, owner("e"), NAMES, false).unwrap().abandon();
+        assert!(before.is_dir());
+    }
 
     #[test]
     fn nothing_is_replaced_until_publish_and_then_all_at_once() {

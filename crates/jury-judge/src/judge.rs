@@ -365,6 +365,14 @@ impl Judge {
         Ok(toks)
     }
 
+    /// Tokens of the prompt for `fields` as they are (no truncation).
+    pub async fn prompt_len(&self, fields: &BTreeMap<String, String>) -> Result<usize, JudgeError> {
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: String::new(), reason };
+        let user = self.template.render_user(fields).map_err(ex_err)?;
+        Ok(self.chat_tokens(user).await?.len())
+    }
+
     /// The exact token sequence judged for an example: the model's chat template over
     /// the system prompt and the rendered user turn, with the generation prompt, then
     /// the answer prefix, truncated by the shared rule (`render`: the longest field is

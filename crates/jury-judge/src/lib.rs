@@ -60,4 +60,10 @@ pub enum JudgeError {
     Servers { judge: String, reason: String },
     #[error("judge `{judge}`: {reason}")]
     Engine { judge: String, reason: String },
+    /// Even an example whose every field is empty would not fit: every example would
+    /// fail, so the run stops before judging any.
+    #[error(
+        "judge `{judge}`: the prompt with every example field empty is already {tokens} tokens, over `max_prompt_tokens` ({max_tokens}); raise `runtime.max_prompt_tokens`"
+    )]
+    Budget { judge: String, tokens: usize, max_tokens: usize },
 }

@@ -424,6 +424,10 @@ impl ServerJudge {
         &self.cfg.name
     }
 
+    pub fn max_prompt_tokens(&self) -> usize {
+        self.cfg.max_prompt_tokens
+    }
+
     pub fn template(&self) -> &Template {
         &self.template
     }
@@ -458,6 +462,21 @@ impl ServerJudge {
             _ => Vec::new(),
         };
         (ids(Some(&self.positive)), ids(Some(&self.negative)), ids(self.tie.as_ref()))
+    }
+
+    /// Tokens of the prompt for `fields` as they are (no truncation), when this judge
+    /// counts them (a tokens mode with a tokenizer; chat modes send turns uncounted).
+    pub fn prompt_len(&self, fields: &BTreeMap<String, String>) -> Result<Option<usize>, JudgeError> {
+        let ex_err =
+            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: String::new(), reason };
+        match &self.tokenizer {
+            Some(tok) if self.mode.renders_tokens() => {
+                let user = self.template.render_user(fields).map_err(ex_err)?;
+                let text = tok.render(&self.template.system, &user).map_err(ex_err)?;
+                Ok(Some(tok.encode_prompt(&text).map_err(ex_err)?.len() + self.prefix.len()))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The prompt for an example. Tokens mode: the in-process judge's token sequence
@@ -755,6 +774,42 @@ mod tests {
             assert_eq!(judge.mode(), ServerMode::Text);
             judge.score("e", &ServerPrompt::Tokens(vec![0; 8])).await
         })
+    }
+
+    /// A tokens-mode server judge counts the template's tokens with its tokenizer: a
+    /// budget below the prompt with every field empty is refused before any example.
+    #[test]
+    fn a_budget_below_the_empty_prompt_is_refused() {
+        let dir = word_level_dir("{{ bos_token }}S: {{ messages[0].content }} U: {{ messages[1].content }} A:");
+        let models = r#"{"data": [{"id": "m", "owned_by": "stub"}]}"#;
+        let answer = r#"{"choices": [{"logprobs": {"content": [{"token": "Yes", "logprob": -0.1,
+            "top_logprobs": [{"token": "Yes", "logprob": -0.1}, {"token": "No", "logprob": -2.5}]}]}}],
+            "usage": {"prompt_tokens": 8}}"#;
+        let fields = BTreeMap::from([("q".to_owned(), "a question of many words here".to_owned())]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for (budget, refused) in [(3, true), (64, false)] {
+            let (url, _h) = scripted(vec![(200, "", models), (200, "", answer)]);
+            let cfg = ServerJudgeConfig {
+                name: "j".into(),
+                base_urls: vec![url],
+                model: "m".into(),
+                tokenizer: Some(dir.path().to_owned()),
+                mode: Some(ServerMode::Text),
+                max_prompt_tokens: budget,
+                pool: PoolConfig { timeout: Duration::from_secs(5), retries: 0, ..PoolConfig::default() },
+                ..ServerJudgeConfig::default()
+            };
+            let got = rt.block_on(async {
+                let judge = crate::AnyJudge::Server(Box::new(ServerJudge::load(cfg, yes_no_template(), None).await?));
+                judge.check_budget(&fields).await
+            });
+            match got {
+                Err(JudgeError::Budget { tokens, max_tokens, .. }) => {
+                    assert!(refused && tokens > 3 && max_tokens == 3, "{tokens} {max_tokens}")
+                }
+                other => assert!(!refused && other.is_ok(), "budget {budget}: {other:?}"),
+            }
+        }
     }
 
     fn yes_no_template() -> Template {

@@ -322,6 +322,14 @@ async fn load(juror: Juror, bar: &ProgressBar) -> Result<Loaded, RunError> {
     Ok(Loaded { judge, model_sha256, load_seconds: load_start.elapsed().as_secs_f64() })
 }
 
+/// `loaded`, once its token budget is known to fit the template (before it judges).
+async fn checked(loaded: Loaded, examples: &[Example]) -> Result<Loaded, RunError> {
+    if let Some(first) = examples.first() {
+        loaded.judge.check_budget(&first.fields).await?;
+    }
+    Ok(loaded)
+}
+
 async fn run_loaded(
     loaded: Loaded,
     examples: Arc<Vec<Example>>,
@@ -388,7 +396,7 @@ pub async fn run_jury(
     let mut tasks = tokio::task::JoinSet::new();
     let mut ready = Vec::new();
     for (i, loaded, bar) in loads {
-        ready.push((i, loaded?, bar));
+        ready.push((i, checked(loaded?, &examples).await?, bar));
     }
     for (i, loaded, bar) in ready {
         let (examples, cache) = (examples.clone(), cache.clone());
@@ -399,7 +407,7 @@ pub async fn run_jury(
         tasks.spawn(async move {
             let mut done = Vec::new();
             for (i, juror, bar) in locals {
-                let loaded = load(juror, &bar).await?;
+                let loaded = checked(load(juror, &bar).await?, &examples).await?;
                 done.push((i, run_loaded(loaded, examples.clone(), cache.clone(), keep_tokens, bar).await?));
             }
             Ok(done)

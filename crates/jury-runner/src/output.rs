@@ -110,6 +110,12 @@ impl OutputLayout {
         self.out.staged(MANIFEST)
     }
 
+    /// Gives the directory up after a failure that kept nothing (see
+    /// `jury_io::OutputDir::abandon`).
+    pub fn abandon(self) {
+        self.out.abandon();
+    }
+
     /// Publishes every staged file at once (see `jury_io::OutputDir::publish`).
     pub fn publish(self) -> Result<(), RunError> {
         self.out.publish()?;

@@ -228,14 +228,25 @@ impl<A> Prepared<'_, A> {
             })
             .collect();
         let layout = OutputLayout::open(&exp.output, &exp.name, exp.overwrite)?;
-        let cache = Cache::<Verdict>::open_checked(&layout.cache(), Verdict::check, exp.runtime.bad_cache_records)?;
-        cache.dropped().iter().for_each(dropped);
-        let cache = Arc::new(Mutex::new(cache));
-        let rt =
-            tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().map_err(|e| {
-                RunError::Setup { judge: "*".into(), reason: format!("starting the async runtime: {e}") }
-            })?;
-        let outcomes = rt.block_on(run_jury(jurors, examples.judged.clone(), cache, exp.runtime.dump_prompts, bars))?;
+        let judged = (|| {
+            let cache = Cache::<Verdict>::open_checked(&layout.cache(), Verdict::check, exp.runtime.bad_cache_records)?;
+            cache.dropped().iter().for_each(dropped);
+            let cache = Arc::new(Mutex::new(cache));
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().map_err(|e| {
+                    RunError::Setup { judge: "*".into(), reason: format!("starting the async runtime: {e}") }
+                })?;
+            rt.block_on(run_jury(jurors, examples.judged.clone(), cache, exp.runtime.dump_prompts, bars))
+        })();
+        // A run that fails before keeping any judgment (a judge that does not load, a
+        // budget too small for the template) leaves no output folder it created.
+        let outcomes = match judged {
+            Ok(o) => o,
+            Err(e) => {
+                layout.abandon();
+                return Err(e);
+            }
+        };
         let mut judges = Vec::new();
         for ((entry, outcome), own_template) in exp.judges.iter().zip(outcomes).zip(own_templates) {
             let mut verdicts = outcome.results.verdicts.clone();
