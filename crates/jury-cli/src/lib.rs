@@ -5,6 +5,7 @@
 mod aggregate;
 #[cfg(feature = "judges")]
 mod llm_eval;
+mod malloc;
 mod rank;
 mod report;
 #[cfg(feature = "judges")]
@@ -50,6 +51,7 @@ enum Command {
 
 /// The whole `jury` program.
 pub fn main() -> ExitCode {
+    malloc::tune();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version: clap's own text on stdout.
