@@ -470,13 +470,18 @@ impl ServerJudge {
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: String::new(), reason };
         match &self.tokenizer {
-            Some(tok) if self.mode.renders_tokens() => {
-                let user = self.template.render_user(fields).map_err(ex_err)?;
-                let text = tok.render(&self.template.system, &user).map_err(ex_err)?;
-                Ok(Some(tok.encode_prompt(&text).map_err(ex_err)?.len() + self.prefix.len()))
-            }
+            Some(tok) if self.mode.renders_tokens() => Ok(Some(self.token_prompt(tok, fields).map_err(ex_err)?.len())),
             _ => Ok(None),
         }
+    }
+
+    /// The chat template over the system prompt and the user turn of `fields`, then the
+    /// answer prefix, as token ids.
+    fn token_prompt(&self, tok: &ChatTokenizer, fields: &BTreeMap<String, String>) -> Result<Vec<u32>, String> {
+        let user = self.template.render_user(fields)?;
+        let mut ids = tok.encode_prompt(&tok.render(&self.template.system, &user)?)?;
+        ids.extend_from_slice(&self.prefix);
+        Ok(ids)
     }
 
     /// The prompt for an example. Tokens mode: the in-process judge's token sequence
@@ -494,10 +499,7 @@ impl ServerJudge {
                 let mut fields = fields.clone();
                 let mut truncated = false;
                 for _ in 0..MAX_CUTS {
-                    let user = self.template.render_user(&fields).map_err(ex_err)?;
-                    let text = tok.render(&self.template.system, &user).map_err(ex_err)?;
-                    let mut ids = tok.encode_prompt(&text).map_err(ex_err)?;
-                    ids.extend_from_slice(&self.prefix);
+                    let ids = self.token_prompt(tok, &fields).map_err(ex_err)?;
                     if ids.len() <= self.cfg.max_prompt_tokens {
                         return Ok((ServerPrompt::Tokens(ids), truncated));
                     }
