@@ -233,6 +233,31 @@ fn run_refuses_bad_templates_and_too_few_labels_before_writing_anything() {
     }
 }
 
+/// A model file that is not a GGUF is refused before anything loads or is written; one
+/// that starts like a GGUF but is cut short fails as it loads, in one line (candle puts
+/// a backtrace inside its error text when RUST_BACKTRACE is set), and leaves nothing.
+#[test]
+fn a_model_file_that_is_not_a_gguf_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = experiment(dir.path(), &demo_prompt(), 2, "");
+    let yaml = fs::read_to_string(&cfg).unwrap();
+    for (bytes, want) in [(&b"not a model"[..], "is not a GGUF file"), (&b"GGUF\x03\x00"[..], "loading the model")] {
+        let fake = dir.path().join("fake.gguf");
+        fs::write(&fake, bytes).unwrap();
+        fs::write(&cfg, yaml.replace(smollm().to_str().unwrap(), fake.to_str().unwrap())).unwrap();
+        let out = std::process::Command::new(common::jury_bin())
+            .args(["run", p(&cfg)])
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{e}");
+        assert!(e.contains(want), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(!dir.path().join("out").exists(), "the output folder was left behind");
+    }
+}
+
 /// A budget the template alone exceeds would fail every example: the run stops when the
 /// judge has loaded, before judging, and leaves no output folder behind.
 #[test]

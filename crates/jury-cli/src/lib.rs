@@ -109,7 +109,7 @@ fn usage_error(e: &clap::Error) -> String {
 /// text the message before it already holds (library errors quote their source).
 fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
-    for part in e.chain().map(ToString::to_string) {
+    for part in e.chain().map(|c| without_backtrace(&c.to_string())) {
         if !out.contains(&part) {
             if !out.is_empty() {
                 out.push_str(": ");
@@ -120,8 +120,32 @@ fn one_line(e: &anyhow::Error) -> String {
     out
 }
 
+/// An error text's lines up to a backtrace (candle puts one inside its errors' text),
+/// joined by spaces.
+fn without_backtrace(text: &str) -> String {
+    let frame = |line: &str| {
+        let t = line.trim_start();
+        t.len() < line.len()
+            && t.split_once(": ").is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let lines: Vec<&str> = text.lines().take_while(|l| !frame(l)).map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_error_with_a_backtrace_inside_is_one_line() {
+        let e = anyhow::anyhow!(
+            "loading the model: Critical failure!\nCheck the format: unknown magic\n   0: bt\n             at src/error.rs:264:25\n   1: try_from"
+        )
+        .context("judge `j`");
+        assert_eq!(
+            super::one_line(&e),
+            "judge `j`: loading the model: Critical failure! Check the format: unknown magic"
+        );
+    }
+
     #[test]
     fn a_refused_flag_is_one_line() {
         use clap::Parser;

@@ -46,8 +46,8 @@ pub(crate) struct LlmEvaluation {
 
 impl LlmEvaluation {
     pub(crate) fn new(cfg: &LlmEvalConfig, prompts: Vec<String>, cells: Vec<Vec<Option<String>>>) -> Result<Self> {
-        if !cfg.gguf.is_file() {
-            bail!("--eval llm: model file {} does not exist (run scripts/fetch-judges.sh)", cfg.gguf.display());
+        if let Some(problem) = jury_judge::gguf_problem(cfg.gguf) {
+            bail!("--eval llm: {problem}");
         }
         let template = Template::load(cfg.template)?;
         let weights = file_sha256(cfg.gguf)?;

@@ -1,7 +1,7 @@
 //! One in-process judge: a loaded mistral.rs model plus a prompt template.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -165,6 +165,21 @@ pub(crate) fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
 /// snapshot in the hub cache named by `HF_HOME`), if there is one.
 pub fn local_model_dir(id: &str) -> Option<PathBuf> {
     Some(resolve_model_id(id, &jury_cache::hub::cache_root())).filter(|dir| dir.is_dir())
+}
+
+/// Why `path` cannot be a judge's GGUF file (missing, unreadable, or not starting with
+/// the GGUF magic), found without loading it.
+pub fn gguf_problem(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    if !path.is_file() {
+        return Some(format!("model file {} does not exist (run scripts/fetch-judges.sh)", path.display()));
+    }
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)) {
+        Ok(()) if &magic == b"GGUF" => None,
+        Ok(()) => Some(format!("model file {} is not a GGUF file (it does not start with `GGUF`)", path.display())),
+        Err(e) => Some(format!("model file {}: cannot read it as GGUF: {e}", path.display())),
+    }
 }
 
 fn engine_fingerprint(source: &ModelSource) -> String {

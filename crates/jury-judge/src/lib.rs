@@ -28,7 +28,9 @@ mod testutil;
 
 pub use backend::{AnyJudge, Prompt};
 pub use chat::{ChatTokenizer, ChatTokenizerError};
-pub use judge::{EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, local_model_dir, verdict_from_logits};
+pub use judge::{
+    EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, gguf_problem, local_model_dir, verdict_from_logits,
+};
 pub use pool::{ApiKey, PoolConfig, PoolStats, ServerStats, display_url};
 pub use server::{ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode};
 pub use template::Template;

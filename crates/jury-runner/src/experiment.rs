@@ -248,10 +248,8 @@ impl JudgeEntry {
                 ));
             }
         }
-        if let Some(path) = &self.gguf
-            && !path.is_file()
-        {
-            return Err(format!("model file {} does not exist (run scripts/fetch-judges.sh)", path.display()));
+        if let Some(problem) = self.gguf.as_deref().and_then(jury_judge::gguf_problem) {
+            return Err(problem);
         }
         if let Some(id) = &self.model_id
             && jury_cache::hub::offline()
