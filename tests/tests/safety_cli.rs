@@ -273,6 +273,21 @@ fn a_token_budget_too_small_for_the_template_stops_the_run_before_judging() {
     assert!(e.contains("over `max_prompt_tokens` (8)"), "{e}");
     assert!(!e.contains("example `f"), "stopped before judging an example: {e}");
     assert!(!dir.path().join("out").exists(), "the output folder was left behind");
+    // With a tokenizer folder the count needs no model: a file that only starts like a
+    // GGUF (it would fail to load) shows the budget was checked before loading.
+    let fake = dir.path().join("fake.gguf");
+    fs::write(&fake, b"GGUF\x03\x00").unwrap();
+    let tokenizer = repo_root().join("models/smollm2-135m-hf");
+    let yaml = fs::read_to_string(&cfg).unwrap().replace(
+        &format!("gguf: {}\n", smollm().display()),
+        &format!("gguf: {}\n    tokenizer: {}\n", fake.display(), tokenizer.display()),
+    );
+    fs::write(&cfg, yaml).unwrap();
+    let out = jury(&["run", p(&cfg)]);
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("the prompt with every example field empty is already"), "{e}");
+    assert!(!dir.path().join("out").exists(), "the output folder was created");
 }
 
 #[test]

@@ -36,7 +36,7 @@
 //! log-probability.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -475,13 +475,8 @@ impl ServerJudge {
         }
     }
 
-    /// The chat template over the system prompt and the user turn of `fields`, then the
-    /// answer prefix, as token ids.
     fn token_prompt(&self, tok: &ChatTokenizer, fields: &BTreeMap<String, String>) -> Result<Vec<u32>, String> {
-        let user = self.template.render_user(fields)?;
-        let mut ids = tok.encode_prompt(&tok.render(&self.template.system, &user)?)?;
-        ids.extend_from_slice(&self.prefix);
-        Ok(ids)
+        token_prompt(tok, &self.template, &self.prefix, fields)
     }
 
     /// The prompt for an example. Tokens mode: the in-process judge's token sequence
@@ -708,6 +703,44 @@ impl ServerJudge {
     }
 }
 
+/// The chat template over the system prompt and the user turn of `fields`, then the
+/// answer prefix's ids `prefix`, as token ids: the sequence tokens modes send.
+fn token_prompt(
+    tok: &ChatTokenizer,
+    template: &Template,
+    prefix: &[u32],
+    fields: &BTreeMap<String, String>,
+) -> Result<Vec<u32>, String> {
+    let user = template.render_user(fields)?;
+    let mut ids = tok.encode_prompt(&tok.render(&template.system, &user)?)?;
+    ids.extend_from_slice(prefix);
+    Ok(ids)
+}
+
+/// Before any model loads or server is asked: fails with [`JudgeError::Budget`] when
+/// the prompt with every one of `fields` emptied, rendered through the chat template
+/// of the tokenizer folder `dir` (the sequence tokens modes and an in-process judge
+/// with that tokenizer render), exceeds `max_tokens`. A folder without a usable chat
+/// template is passed over: the judge's own check as it loads still applies.
+pub fn check_budget_with_tokenizer(
+    judge: &str,
+    dir: &Path,
+    template: &Template,
+    fields: &BTreeMap<String, String>,
+    max_tokens: usize,
+) -> Result<(), JudgeError> {
+    let Ok(tok) = ChatTokenizer::load(dir) else { return Ok(()) };
+    let empty: BTreeMap<String, String> = fields.keys().map(|k| (k.clone(), String::new())).collect();
+    let counted = tok
+        .encode_text(&template.answer_prefix)
+        .and_then(|prefix| token_prompt(&tok, template, &prefix, &empty))
+        .map(|ids| ids.len());
+    match counted {
+        Ok(tokens) if tokens > max_tokens => Err(JudgeError::Budget { judge: judge.to_owned(), tokens, max_tokens }),
+        _ => Ok(()),
+    }
+}
+
 /// Whether an answer's log-probabilities hold vLLM's placeholder entry (log-probability
 /// -9999). vLLM 0.32 (CPU build, seen here) fills the top list of a request with
 /// placeholders when it shares a batch with a request that names
@@ -812,6 +845,20 @@ mod tests {
                 other => assert!(!refused && other.is_ok(), "budget {budget}: {other:?}"),
             }
         }
+    }
+
+    /// The same count from the tokenizer folder alone, before any server is asked; a
+    /// folder without a chat template is passed over.
+    #[test]
+    fn the_budget_is_checked_from_the_tokenizer_folder_alone() {
+        let dir = word_level_dir("{{ bos_token }}S: {{ messages[0].content }} U: {{ messages[1].content }} A:");
+        let fields = BTreeMap::from([("q".to_owned(), "a question".to_owned())]);
+        let t = yes_no_template();
+        let e = check_budget_with_tokenizer("j", dir.path(), &t, &fields, 3).unwrap_err();
+        assert!(matches!(e, JudgeError::Budget { tokens, max_tokens: 3, .. } if tokens > 3), "{e}");
+        check_budget_with_tokenizer("j", dir.path(), &t, &fields, 64).unwrap();
+        std::fs::remove_file(dir.path().join("tokenizer_config.json")).unwrap();
+        check_budget_with_tokenizer("j", dir.path(), &t, &fields, 3).unwrap();
     }
 
     fn yes_no_template() -> Template {

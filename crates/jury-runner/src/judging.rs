@@ -24,7 +24,7 @@ use jury_cache::{Cache, CacheError, key};
 use jury_datasets::Example;
 use jury_judge::{
     AnyJudge, EXTRACTION_RULE, Judge, JudgeConfig, JudgeError, ModelSource, PoolStats, Prompt, ServerJudge,
-    ServerJudgeConfig, Template, Verdict,
+    ServerJudgeConfig, ServerMode, Template, Verdict,
 };
 use jury_progress::LogProgress;
 
@@ -258,6 +258,27 @@ pub enum JudgeSpec {
 }
 
 /// One juror of an experiment.
+impl JudgeSpec {
+    /// The tokenizer folder whose chat template renders this juror's token sequence:
+    /// an in-process judge's `tokenizer`, or a server judge's in a tokens mode.
+    pub(crate) fn rendering_tokenizer(&self) -> Option<&std::path::Path> {
+        match self {
+            JudgeSpec::Local { cfg, .. } => cfg.tokenizer.as_deref(),
+            JudgeSpec::Server { cfg, .. } if cfg.mode.is_none_or(ServerMode::renders_tokens) => {
+                cfg.tokenizer.as_deref()
+            }
+            JudgeSpec::Server { .. } => None,
+        }
+    }
+
+    pub(crate) fn max_prompt_tokens(&self) -> usize {
+        match self {
+            JudgeSpec::Local { cfg, .. } => cfg.max_prompt_tokens,
+            JudgeSpec::Server { cfg, .. } => cfg.max_prompt_tokens,
+        }
+    }
+}
+
 pub struct Juror {
     pub name: String,
     pub template: Template,

@@ -187,7 +187,8 @@ pub struct Prepared<'a, A> {
 }
 
 /// Draws the examples and builds the jurors of `exp`, checking every juror's template
-/// against the data set's fields.
+/// against the data set's fields and, where a tokenizer folder renders its tokens,
+/// against the token budget.
 pub fn prepare<A>(exp: &Experiment<A>) -> Result<Prepared<'_, A>, RunError> {
     let examples = sample_examples(&exp.dataset)?;
     let template = Template::load(&exp.prompt)?;
@@ -197,6 +198,10 @@ pub fn prepare<A>(exp: &Experiment<A>) -> Result<Prepared<'_, A>, RunError> {
             j.template
                 .check_fields(&first.fields)
                 .map_err(|reason| RunError::Setup { judge: j.name.clone(), reason })?;
+            if let Some(dir) = j.spec.rendering_tokenizer() {
+                let max_tokens = j.spec.max_prompt_tokens();
+                jury_judge::check_budget_with_tokenizer(&j.name, dir, &j.template, &first.fields, max_tokens)?;
+            }
         }
     }
     Ok(Prepared { exp, examples, template, jurors })
