@@ -89,17 +89,12 @@ impl AnyJudge {
     /// Fails with [`JudgeError::Budget`] when the prompt with every one of `fields`
     /// emptied exceeds the token budget: truncation cannot make any example fit.
     pub async fn check_budget(&self, fields: &BTreeMap<String, String>) -> Result<(), JudgeError> {
-        let empty: BTreeMap<String, String> = fields.keys().map(|k| (k.clone(), String::new())).collect();
+        let empty = crate::render::emptied(fields);
         let (name, max_tokens, tokens) = match self {
             AnyJudge::Local(j) => (j.name(), j.config().max_prompt_tokens, Some(j.prompt_len(&empty).await?)),
             AnyJudge::Server(j) => (j.name(), j.max_prompt_tokens(), j.prompt_len(&empty)?),
         };
-        match tokens {
-            Some(tokens) if tokens > max_tokens => {
-                Err(JudgeError::Budget { judge: name.to_owned(), tokens, max_tokens })
-            }
-            _ => Ok(()),
-        }
+        tokens.map_or(Ok(()), |tokens| crate::render::check_emptied_len(name, tokens, max_tokens))
     }
 
     pub async fn render(&self, example: &str, fields: &BTreeMap<String, String>) -> Result<(Prompt, bool), JudgeError> {

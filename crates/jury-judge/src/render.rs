@@ -28,6 +28,19 @@ pub(crate) fn too_long(max_tokens: usize) -> String {
     format!("prompt does not fit in {max_tokens} tokens even with its fields truncated")
 }
 
+/// `fields` with every value emptied: the shortest prompt any example can make.
+pub(crate) fn emptied(fields: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    fields.keys().map(|k| (k.clone(), String::new())).collect()
+}
+
+/// [`JudgeError::Budget`] when the emptied prompt's `tokens` exceed `max_tokens`.
+pub(crate) fn check_emptied_len(judge: &str, tokens: usize, max_tokens: usize) -> Result<(), crate::JudgeError> {
+    if tokens > max_tokens {
+        return Err(crate::JudgeError::Budget { judge: judge.to_owned(), tokens, max_tokens });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -730,15 +730,10 @@ pub fn check_budget_with_tokenizer(
     max_tokens: usize,
 ) -> Result<(), JudgeError> {
     let Ok(tok) = ChatTokenizer::load(dir) else { return Ok(()) };
-    let empty: BTreeMap<String, String> = fields.keys().map(|k| (k.clone(), String::new())).collect();
     let counted = tok
         .encode_text(&template.answer_prefix)
-        .and_then(|prefix| token_prompt(&tok, template, &prefix, &empty))
-        .map(|ids| ids.len());
-    match counted {
-        Ok(tokens) if tokens > max_tokens => Err(JudgeError::Budget { judge: judge.to_owned(), tokens, max_tokens }),
-        _ => Ok(()),
-    }
+        .and_then(|prefix| token_prompt(&tok, template, &prefix, &crate::render::emptied(fields)));
+    counted.map_or(Ok(()), |ids| crate::render::check_emptied_len(judge, ids.len(), max_tokens))
 }
 
 /// Whether an answer's log-probabilities hold vLLM's placeholder entry (log-probability

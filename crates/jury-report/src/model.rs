@@ -266,7 +266,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let (j, labels) = (inputs.judgments, inputs.labels);
     // Only the views that score read the posteriors back: unlabeled runs skip the file.
     let predictions = match labels {
-        Some(l) => Some((l, jury_io::read_predictions(&dir.join("predictions.csv"))?)),
+        Some(_) => Some(jury_io::read_predictions(&dir.join("predictions.csv"))?),
         None => None,
     };
     if j.n_examples() != metrics.n_examples || j.n_judges() != metrics.n_judges {
@@ -319,7 +319,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let accuracy_svg = accuracy_chart(j, &shown, labels.zip(hits.as_deref()), &entries, &metrics)?;
     let kappa_svg = if shown.len() >= 2 { Some(kappa_chart(j, &shown)?) } else { None };
     let mut calibration = Vec::new();
-    if let Some((l, predictions)) = &predictions {
+    if let Some((l, predictions)) = labels.zip(predictions.as_ref()) {
         for p in &predictions.methods {
             let bins = jury_metrics::reliability_bins(&p.posteriors, l, 10);
             let points: Vec<(f64, f64, usize)> = bins.iter().map(|b| (b.confidence, b.accuracy, b.count)).collect();
@@ -337,7 +337,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let slopes = slope_plots(&metrics, &entries)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
     let category_file = dir.join("categories.csv");
-    let (category_methods, categories) = match (&predictions, category_file.is_file()) {
+    let (category_methods, categories) = match (labels.zip(predictions.as_ref()), category_file.is_file()) {
         (Some((l, predictions)), true) => by_category(j, l, &jury_io::read_categories(&category_file)?, predictions),
         _ => (Vec::new(), Vec::new()),
     };
