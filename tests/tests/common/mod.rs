@@ -2,7 +2,7 @@
 //! `jury-e2e` binary: `jury_cli::main`, the same code as `jury`) the way a user does.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Path of the program under test; cargo builds it for integration tests.
 pub(crate) fn jury_bin() -> &'static Path {
@@ -46,3 +46,17 @@ pub(crate) fn simulated_jury_with_texts(dir: &Path, markup: &str) -> PathBuf {
 pub(crate) mod proxy;
 #[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod servers;
+
+#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
+/// Runs an idempotent install script of the repository's (a server, the browser) and
+/// returns the path it prints last; fails the test saying what is missing.
+pub(crate) fn install(script: &str, what: &str) -> PathBuf {
+    let out = Command::new(repo_root().join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {script} to get {what}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let path = text.lines().last().unwrap_or("").trim();
+    assert!(out.status.success() && !path.is_empty(), "{what} is not available: {script} failed ({})", out.status);
+    PathBuf::from(path)
+}

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::repo_root;
+use super::install;
 
 /// A free loopback port (bound and released; the server binds it next).
 pub(crate) fn free_port() -> u16 {
@@ -28,18 +28,6 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     Some((status, body))
-}
-
-/// Runs an install script and returns the path it prints last.
-fn install(script: &str, what: &str) -> PathBuf {
-    let out = Command::new(repo_root().join(script))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {script} to get {what}: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let path = text.lines().last().unwrap_or("").trim();
-    assert!(out.status.success() && !path.is_empty(), "{what} is not available: {script} failed ({})", out.status);
-    PathBuf::from(path)
 }
 
 /// A running server process, killed on drop.
