@@ -57,6 +57,8 @@ pub struct OutputDir {
     owner: Owner,
     /// Whether this open created the directory.
     created: bool,
+    /// Whether this open created the lock file.
+    lock_created: bool,
     _lock: File,
 }
 
@@ -80,7 +82,8 @@ impl OutputDir {
         if is_symlink(&lock_path) {
             return Err(OutputError::Symlink { path: lock_path });
         }
-        let mut lock = OpenOptions::new()
+        let lock_existed = lock_path.exists();
+        let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
@@ -99,10 +102,40 @@ impl OutputDir {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path, "lock")(e)),
         }
-        lock.set_len(0).map_err(io(&lock_path, "write the lock file"))?;
+        match Self::claim(dir, owner, names, overwrite, lock, &lock_path, created) {
+            Ok(mut out) => {
+                out.lock_created = !lock_existed;
+                Ok(out)
+            }
+            Err(e) => {
+                // A refused command leaves the directory as it found it: no lock file it
+                // made (it holds the lock, so no other process is using that file), and
+                // no directory it created.
+                if !lock_existed {
+                    let _ = std::fs::remove_file(&lock_path);
+                }
+                if created {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The checks and the claim of [`Self::open`], with the lock held.
+    fn claim(
+        dir: &Path,
+        owner: Owner,
+        names: &[&str],
+        overwrite: bool,
+        mut lock: File,
+        lock_path: &Path,
+        created: bool,
+    ) -> Result<Self, OutputError> {
+        lock.set_len(0).map_err(io(lock_path, "write the lock file"))?;
         let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         writeln!(lock, "pid {}, {owner}, since unix time {since}", std::process::id())
-            .map_err(io(&lock_path, "write the lock file"))?;
+            .map_err(io(lock_path, "write the lock file"))?;
         for name in names {
             let p = dir.join(name);
             if is_symlink(&p) {
@@ -137,13 +170,14 @@ impl OutputDir {
             // publishes is resumed by its owner instead of refused as foreign files.
             write_marker(dir, &staging, &owner, false, &[])?;
         }
-        Ok(Self { dir: dir.to_owned(), staging, owner, created, _lock: lock })
+        Ok(Self { dir: dir.to_owned(), staging, owner, created, lock_created: false, _lock: lock })
     }
 
     /// Gives the directory up after a failure that kept nothing (for example a judge's
     /// setup failing before any judgment): a directory this open created, holding
     /// nothing but jury's lock, marker and staging folder and empty files, is removed,
-    /// so the failed command leaves no trace. Any other directory stays as it is.
+    /// so the failed command leaves no trace. Any other directory stays as it is, less
+    /// the lock file if this open made it.
     pub fn abandon(self) {
         let unused = |entry: &std::fs::DirEntry| {
             let name = entry.file_name();
@@ -153,6 +187,8 @@ impl OutputDir {
         let only_unused = std::fs::read_dir(&self.dir).is_ok_and(|mut d| d.all(|e| e.as_ref().is_ok_and(unused)));
         if self.created && only_unused {
             let _ = std::fs::remove_dir_all(&self.dir);
+        } else if self.lock_created {
+            let _ = std::fs::remove_file(self.dir.join(LOCK));
         }
     }
 
@@ -284,6 +320,7 @@ mod tests {
         std::fs::create_dir(&before).unwrap();
         OutputDir::open(&before, owner("e"), NAMES, false).unwrap().abandon();
         assert!(before.is_dir());
+        assert!(!before.join(LOCK).exists(), "the lock file this open made goes too");
     }
 
     #[test]
@@ -338,6 +375,7 @@ mod tests {
         let e = OutputDir::open(&plain, owner("e"), NAMES, false).unwrap_err();
         assert!(matches!(&e, OutputError::Occupied { file, .. } if file == "a.csv"), "{e}");
         assert_eq!(std::fs::read_to_string(plain.join("a.csv")).unwrap(), "mine");
+        assert!(!plain.join(LOCK).exists(), "a refused command leaves no lock file behind");
         // Unrelated files do not stop a run.
         std::fs::remove_file(plain.join("a.csv")).unwrap();
         OutputDir::open(&plain, owner("e"), NAMES, false).unwrap();

@@ -71,6 +71,10 @@ pub struct Verdict {
     /// tokens that were not observed (each is at most the smallest returned one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unobserved_bound: Option<f64>,
+    /// A server's verdict tokens whose probabilities added up to this sum, above 1 by
+    /// float32 rounding: every probability above was divided by it (server judges only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renormalised_from: Option<f64>,
 }
 
 fn observed() -> bool {
@@ -122,6 +126,10 @@ impl Verdict {
                 (Some(a), Some(b)) => Some((a + b) / 2.0),
                 (a, b) => a.or(b),
             },
+            renormalised_from: match (original.renormalised_from, swapped.renormalised_from) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
         }
     }
 }
@@ -145,6 +153,7 @@ pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], t
         truncated: false,
         exact: true,
         unobserved_bound: None,
+        renormalised_from: None,
     }
 }
 

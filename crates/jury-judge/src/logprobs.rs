@@ -127,6 +127,38 @@ fn class_probability(cands: &[Candidate], set: &VariantSet) -> (f64, usize) {
     }
 }
 
+/// How far above 1 the verdict tokens' summed probability may come back and still be
+/// float32 rounding: a server computing in float32 returns a near-certain token's
+/// log-probability as 0.0 while the other tokens keep theirs (seen: 1.0000007). Far
+/// above the rounding of any float32 softmax, far below what another distribution's
+/// numbers would give.
+pub(crate) const ROUNDING_SLACK: f64 = 1e-3;
+
+/// A server's verdict made storable: when its verdict tokens' probabilities add up to
+/// more than 1 by rounding (at most [`ROUNDING_SLACK`]), every probability is divided
+/// by that sum (the ratio `y` is unchanged) and the sum is recorded in
+/// `renormalised_from`; more than that is an error, as is any number a cache read would
+/// refuse ([`Verdict::check`]).
+pub(crate) fn settle_rounding(mut v: Verdict) -> Result<Verdict, String> {
+    let total = v.p_positive + v.p_negative + v.p_tie.unwrap_or(0.0);
+    if total > 1.0 {
+        if total > 1.0 + ROUNDING_SLACK {
+            return Err(format!(
+                "the verdict tokens' probabilities add up to {total}, more than 1 beyond float32 rounding: \
+                 these are not log-probabilities of one distribution"
+            ));
+        }
+        v.p_positive /= total;
+        v.p_negative /= total;
+        v.p_tie = v.p_tie.map(|p| p / total);
+        v.unobserved_bound = v.unobserved_bound.map(|b| (b / total).min(1.0));
+        v.mass = (v.p_positive + v.p_negative).min(1.0);
+        v.renormalised_from = Some(total);
+    }
+    v.check()?;
+    Ok(v)
+}
+
 /// The verdict from the candidates at the judged position (rule in the module doc).
 pub(crate) fn verdict_from_candidates(
     cands: &[Candidate],
@@ -150,7 +182,10 @@ pub(crate) fn verdict_from_candidates(
         n_tokens: 0,
         truncated: false,
         exact: missing == 0,
-        unobserved_bound: (missing > 0).then_some(missing as f64 * floor),
+        // Each unreturned variant is below the smallest returned one; together they are
+        // still no more than the whole distribution.
+        unobserved_bound: (missing > 0).then_some((missing as f64 * floor).min(1.0)),
+        renormalised_from: None,
     }
 }
 
@@ -161,6 +196,40 @@ mod tests {
 
     fn ids(ids: &[u32]) -> VariantSet {
         VariantSet::Ids(ids.iter().map(|i| (*i, format!("text of {i}"))).collect())
+    }
+
+    fn verdict(p_positive: f64, p_negative: f64) -> Verdict {
+        let mass = p_positive + p_negative;
+        Verdict {
+            y: Some(p_positive / mass),
+            p_positive,
+            p_negative,
+            p_tie: None,
+            mass,
+            n_tokens: 0,
+            truncated: false,
+            exact: true,
+            unobserved_bound: None,
+            renormalised_from: None,
+        }
+    }
+
+    /// Float32 rounding above 1 is divided out and recorded; the result always passes
+    /// the cache's check; more than rounding is refused.
+    #[test]
+    fn rounding_above_one_is_renormalised_and_larger_excess_refused() {
+        let v = settle_rounding(verdict(1.0000001691645317, 5.6e-7)).unwrap();
+        assert!(v.p_positive <= 1.0 && v.mass <= 1.0 && v.check().is_ok(), "{v:?}");
+        assert!((v.y.unwrap() - 1.0000001691645317 / (1.0000001691645317 + 5.6e-7)).abs() < 1e-15);
+        assert!((v.renormalised_from.unwrap() - 1.0000007291645317).abs() < 1e-12);
+        let unchanged = settle_rounding(verdict(0.7, 0.2)).unwrap();
+        assert_eq!(unchanged, verdict(0.7, 0.2));
+        assert!(settle_rounding(verdict(0.9, 0.8)).unwrap_err().contains("more than 1"));
+        for i in 0..=1000 {
+            let excess = ROUNDING_SLACK * f64::from(i) / 1000.0;
+            let v = settle_rounding(verdict(1.0 + excess * 0.7, excess * 0.3)).unwrap();
+            assert!(v.check().is_ok() && v.p_positive <= 1.0 && v.mass <= 1.0 + 1e-9, "{v:?}");
+        }
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! Invariants: a request either returns the server's 2xx body, or a permanent rejection
 //! (4xx other than 408/429: the example is at fault, not the server), or an error that
 //! stops the run (every server down past the patience, authentication refused, retries
-//! spent); the API key is sent as a header only and never appears in an error, a
-//! statistic or a `Debug` print; URLs are shown without user info or query.
+//! spent, rate-limited past the patience); the API key is sent as a header only and
+//! never appears in an error, a statistic or a `Debug` print, and every text a server
+//! sends is scrubbed of it (and of the base URLs' passwords) before it reaches an error;
+//! URLs are shown without user info; a body is read up to [`MAX_BODY_BYTES`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,12 +70,133 @@ impl std::fmt::Debug for ApiKey {
 /// A URL as shown to people: scheme, host, port and path, without user info or query.
 pub fn display_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
-        Ok(u) => {
-            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{}{port}{}", u.scheme(), u.host_str().unwrap_or(""), u.path().trim_end_matches('/'))
-        }
+        Ok(u) => shown(&u),
         Err(_) => "<invalid url>".into(),
     }
+}
+
+fn shown(u: &reqwest::Url) -> String {
+    let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+    format!("{}://{}{port}{}", u.scheme(), u.host_str().unwrap_or(""), u.path().trim_end_matches('/'))
+}
+
+/// `raw` as written, with any user info (`user:password@`) replaced: for errors about a
+/// base URL that does not parse.
+fn raw_without_user_info(raw: &str) -> String {
+    let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://<user info>@{}", &rest[at + 1..]),
+        None => raw.to_owned(),
+    }
+}
+
+/// Parses a server's base URL, the one rule for the config check and the requests:
+/// `http` or `https` (any case), a host, no query and no fragment (requests append
+/// their path to it, so neither could be kept), no blanks around it. User info is
+/// allowed (sent as Basic credentials) and never shown.
+pub fn parse_base_url(raw: &str) -> Result<reqwest::Url, String> {
+    let quoted = format!("{:?}", raw_without_user_info(raw));
+    if raw.trim() != raw {
+        return Err(format!("base URL {quoted} has blanks around it"));
+    }
+    let url = reqwest::Url::parse(raw).map_err(|e| format!("base URL {quoted}: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("base URL {quoted} is not an http:// or https:// address"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("base URL {quoted} has no host"));
+    }
+    if url.query().is_some() {
+        return Err(format!("base URL {quoted} has a query (`?...`): give the address without it"));
+    }
+    if url.fragment().is_some() {
+        return Err(format!("base URL {quoted} has a fragment (`#...`): give the address without it"));
+    }
+    Ok(url)
+}
+
+/// The largest response body read; a larger one fails its request (a 50 MB answer to a
+/// one-token request is no verdict, and reading it whole would hold it in memory).
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The texts that must never be shown: the key (as sent in `Bearer`, and JSON-escaped)
+/// and each base URL's password (raw, percent-decoded, and as the Basic credentials
+/// `base64(user:password)`).
+struct Secrets(Vec<String>);
+
+impl Secrets {
+    fn new(key: Option<&ApiKey>, urls: &[reqwest::Url]) -> Self {
+        let mut all = Vec::new();
+        if let Some(k) = key {
+            all.push(k.0.clone());
+            if let Ok(escaped) = serde_json::to_string(&k.0) {
+                all.push(escaped.trim_matches('"').to_owned());
+            }
+        }
+        for u in urls {
+            if let Some(password) = u.password() {
+                let decoded = percent_decode(password);
+                let user = percent_decode(u.username());
+                all.push(password.to_owned());
+                all.push(base64(format!("{user}:{decoded}").as_bytes()));
+                all.push(decoded);
+            }
+        }
+        all.retain(|s| !s.is_empty());
+        // Longest first, so a secret inside another is not replaced piecemeal.
+        all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        all.dedup();
+        Self(all)
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.0 {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "<redacted>");
+            }
+        }
+        out
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (bytes.get(i + 1).and_then(|b| hex(*b)), bytes.get(i + 2).and_then(|b| hex(*b)))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Standard base64 with padding (HTTP Basic credentials).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> shift) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// Why a request did not return a body.
@@ -82,8 +205,11 @@ pub(crate) enum PoolError {
     /// The server refuses this request for good (400, 404, 413, 422, ...).
     #[error("rejected by {server} (HTTP {status}): {reason}")]
     Rejected { server: String, status: u16, reason: String },
-    #[error("every server has been unreachable for {seconds:.0} s: {servers}")]
-    AllDown { servers: String, seconds: f64 },
+    #[error("every server has been failing for {seconds:.0} s: {servers}; the last failure: {last}")]
+    AllDown { servers: String, seconds: f64, last: String },
+    /// Every answer was HTTP 429 for longer than the patience.
+    #[error("rate limited (HTTP 429) for {seconds:.0} s, past `patience_s`: {server}")]
+    RateLimited { server: String, seconds: f64 },
     #[error("{server} refused the credentials (HTTP {status}): {reason}")]
     Auth { server: String, status: u16, reason: String },
     #[error("gave up after {attempts} attempts; last: {last}")]
@@ -98,6 +224,8 @@ struct Health {
     probing: bool,
     /// Smoothed seconds per request (0 until measured: unmeasured servers go first).
     ewma: f64,
+    /// The last transient failure, for the message when every server is down.
+    last_failure: Option<String>,
 }
 
 struct Server {
@@ -156,6 +284,7 @@ pub(crate) struct Pool {
     cfg: PoolConfig,
     changed: Notify,
     retried: AtomicU64,
+    secrets: Secrets,
 }
 
 /// Releases a server slot and wakes requests waiting for one.
@@ -170,10 +299,19 @@ impl Drop for Slot<'_> {
     }
 }
 
-fn body_excerpt(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    one_line.chars().take(300).collect()
+/// A body read up to [`MAX_BODY_BYTES`]; over it, the error says so.
+async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
+    if resp.content_length().is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(format!("the answer is over {} MiB, the most jury reads", MAX_BODY_BYTES >> 20));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(format!("the answer is over {} MiB, the most jury reads", MAX_BODY_BYTES >> 20));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 impl Pool {
@@ -181,30 +319,41 @@ impl Pool {
         if base_urls.is_empty() {
             return Err("no base URL".into());
         }
-        let mut servers = Vec::new();
-        for url in base_urls {
-            let parsed = reqwest::Url::parse(url).map_err(|e| format!("base URL `{}`: {e}", display_url(url)))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(format!("base URL `{}`: scheme must be http or https", display_url(url)));
-            }
-            servers.push(Server {
-                url: url.trim_end_matches('/').to_owned(),
-                shown: display_url(url),
+        let parsed = base_urls.iter().map(|u| parse_base_url(u)).collect::<Result<Vec<_>, _>>()?;
+        let secrets = Secrets::new(key.as_ref(), &parsed);
+        let servers = parsed
+            .iter()
+            .map(|url| Server {
+                url: url.as_str().trim_end_matches('/').to_owned(),
+                shown: shown(url),
                 slots: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
                 health: Mutex::new(Health::default()),
                 ok: AtomicU64::new(0),
                 errors: AtomicU64::new(0),
                 rejected: AtomicU64::new(0),
                 set_aside: AtomicU64::new(0),
-            });
-        }
+            })
+            .collect();
         let client = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
             .pool_max_idle_per_host(cfg.max_in_flight.max(1))
             .build()
             .map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(Self { servers, client, key, cfg, changed: Notify::new(), retried: AtomicU64::new(0) })
+        Ok(Self { servers, client, key, cfg, changed: Notify::new(), retried: AtomicU64::new(0), secrets })
+    }
+
+    /// `text` from a server without the key or a base URL's password in it.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        self.secrets.scrub(text)
+    }
+
+    /// A body as a one-line excerpt for an error, scrubbed first (a secret cut in half
+    /// by the excerpt's end would otherwise survive).
+    fn excerpt(&self, bytes: &[u8]) -> String {
+        let text = self.scrub(&String::from_utf8_lossy(bytes));
+        let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        one_line.chars().take(300).collect()
     }
 
     /// The servers as shown to people.
@@ -241,7 +390,7 @@ impl Pool {
         let s = &self.servers[server];
         let (status, bytes) = self.start_up(server, path, self.client.get(format!("{}{path}", s.url))).await?;
         if !(200..300).contains(&status) {
-            return Err(format!("{}{path}: HTTP {status}: {}", s.shown, body_excerpt(&bytes)));
+            return Err(format!("{}{path}: HTTP {status}: {}", s.shown, self.excerpt(&bytes)));
         }
         Ok(bytes)
     }
@@ -273,8 +422,8 @@ impl Pool {
         };
         let resp = req.send().await.map_err(|e| format!("{shown}{path}: {}", describe(&e)))?;
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| format!("{shown}{path}: {}", describe(&e)))?;
-        Ok((status, bytes.to_vec()))
+        let bytes = read_body(resp).await.map_err(|e| format!("{shown}{path}: {e}"))?;
+        Ok((status, bytes))
     }
 
     pub(crate) fn server_count(&self) -> usize {
@@ -289,6 +438,7 @@ impl Pool {
             let mut order: Vec<(usize, f64)> = Vec::new();
             let mut all_down_since: Option<Instant> = None;
             let mut all_down = true;
+            let mut last_failure = String::new();
             for (i, s) in self.servers.iter().enumerate() {
                 let Ok(h) = s.health.lock() else { continue };
                 let aside = h.aside_until.is_some();
@@ -297,6 +447,9 @@ impl Pool {
                     all_down = false;
                 } else if let Some(d) = h.down_since {
                     all_down_since = Some(all_down_since.map_or(d, |a: Instant| a.max(d)));
+                    if let Some(f) = &h.last_failure {
+                        last_failure.clone_from(f);
+                    }
                 }
                 if !aside || probe_due {
                     order.push((i, h.ewma));
@@ -324,6 +477,7 @@ impl Pool {
                     return Err(PoolError::AllDown {
                         servers: self.urls().join(", "),
                         seconds: down_for.as_secs_f64(),
+                        last: last_failure,
                     });
                 }
             }
@@ -351,10 +505,12 @@ impl Pool {
                 h.consecutive = 0;
                 h.aside_until = None;
                 h.down_since = None;
+                h.last_failure = None;
                 h.ewma = if h.ewma == 0.0 { seconds } else { 0.8 * h.ewma + 0.2 * seconds };
             }
-            Outcome::Transient { server_fault: true, refused, .. } => {
+            Outcome::Transient { server_fault: true, refused, reason, .. } => {
                 h.consecutive += 1;
+                h.last_failure = Some(reason.clone());
                 if *refused || h.consecutive >= SET_ASIDE_AFTER {
                     let n = h.consecutive.saturating_sub(1).min(5);
                     let wait = Duration::from_secs(1u64 << n);
@@ -400,11 +556,12 @@ impl Pool {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| Duration::from_secs_f64(s.min(300.0)));
-        let bytes = match resp.bytes().await {
+        let bytes = match read_body(resp).await {
             Ok(b) => b,
+            Err(e) if e.starts_with("the answer is over") => return Outcome::Rejected { status, reason: e },
             Err(e) => {
                 return Outcome::Transient {
-                    reason: format!("{}: reading the response: {}", s.shown, describe(&e)),
+                    reason: format!("{}: reading the response: {e}", s.shown),
                     server_fault: true,
                     refused: false,
                     retry_after: None,
@@ -412,7 +569,7 @@ impl Pool {
             }
         };
         match status {
-            200..=299 => Outcome::Body(bytes.to_vec()),
+            200..=299 => Outcome::Body(bytes),
             429 => Outcome::Transient {
                 reason: format!("{}: HTTP 429 (rate limited)", s.shown),
                 server_fault: false,
@@ -420,13 +577,13 @@ impl Pool {
                 retry_after,
             },
             408 | 500..=599 => Outcome::Transient {
-                reason: format!("{}: HTTP {status}: {}", s.shown, body_excerpt(&bytes)),
+                reason: format!("{}: HTTP {status}: {}", s.shown, self.excerpt(&bytes)),
                 server_fault: true,
                 refused: false,
                 retry_after,
             },
-            401 | 403 => Outcome::Auth { status, reason: body_excerpt(&bytes) },
-            _ => Outcome::Rejected { status, reason: body_excerpt(&bytes) },
+            401 | 403 => Outcome::Auth { status, reason: self.excerpt(&bytes) },
+            _ => Outcome::Rejected { status, reason: self.excerpt(&bytes) },
         }
     }
 
@@ -434,6 +591,9 @@ impl Pool {
     pub(crate) async fn post(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, PoolError> {
         let mut attempts = 0u32;
         let mut retries = 0u32;
+        // Patience bounds rate limiting as it bounds outages: `retries` alone may be
+        // practically endless, and a server that answers 429 forever never comes back.
+        let mut rate_limited_since: Option<Instant> = None;
         loop {
             let (i, slot) = self.pick().await?;
             attempts += 1;
@@ -454,9 +614,19 @@ impl Pool {
                 Outcome::Auth { status, reason } => {
                     return Err(PoolError::Auth { server: s.shown.clone(), status, reason });
                 }
-                Outcome::Transient { reason, refused, retry_after, .. } => {
+                Outcome::Transient { reason, refused, retry_after, server_fault } => {
                     s.errors.fetch_add(1, Ordering::Relaxed);
                     self.retried.fetch_add(1, Ordering::Relaxed);
+                    if server_fault {
+                        rate_limited_since = None;
+                    } else {
+                        let since = *rate_limited_since.get_or_insert(started);
+                        let seconds = since.elapsed();
+                        if seconds >= self.cfg.patience {
+                            let server = s.shown.clone();
+                            return Err(PoolError::RateLimited { server, seconds: seconds.as_secs_f64() });
+                        }
+                    }
                     if !refused {
                         retries += 1;
                         if retries > self.cfg.retries {
@@ -553,7 +723,7 @@ mod tests {
     #[test]
     fn every_server_down_past_the_patience_stops_with_their_names() {
         let dead = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://user:secret@{}/v1?key=secret", dead.local_addr().unwrap());
+        let url = format!("http://user:secret@{}/v1", dead.local_addr().unwrap());
         drop(dead);
         let pool = Pool::new(&[url], Some(ApiKey::new("sk-secret".into())), fast()).unwrap();
         let err = rt().block_on(pool.post("/x", b"{}")).unwrap_err();
@@ -561,6 +731,68 @@ mod tests {
         assert!(matches!(err, PoolError::AllDown { .. }), "{msg}");
         assert!(msg.contains("127.0.0.1") && !msg.contains("secret"), "{msg}");
         assert!(!format!("{:?}", ApiKey::new("sk-secret".into())).contains("sk-"));
+    }
+
+    #[test]
+    fn base_urls_are_parsed_by_one_rule() {
+        for ok in ["http://h:1", "https://h/v1", "HTTP://h:1", "http://u:p@h:1/v1/"] {
+            assert!(parse_base_url(ok).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            ("http://h:1?api-version=1", "has a query"),
+            ("http://h:1#frag", "has a fragment"),
+            ("http://:1", "empty host"),
+            (" http://h:1", "blanks around it"),
+            ("ftp://h", "not an http"),
+            ("h:1", "not an http"),
+        ] {
+            let e = parse_base_url(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+        let e = parse_base_url("http://u:secret@h:1?x=1").unwrap_err();
+        assert!(!e.contains("secret") && e.contains("<user info>@h:1?x=1"), "{e}");
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_in_every_form_they_travel() {
+        assert_eq!(base64(b"alice:pa$ss-9q"), "YWxpY2U6cGEkc3MtOXE=");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b""), "");
+        let url = parse_base_url("http://alice:pa%24ss@h:1").unwrap();
+        let key = ApiKey::new("sk-\"q".into());
+        let s = Secrets::new(Some(&key), &[url]);
+        let text = format!(
+            "Authorization: Bearer sk-\"q; echoed {}; Basic {}; raw pa%24ss, decoded pa$ss",
+            serde_json::to_string("sk-\"q").unwrap(),
+            base64(b"alice:pa$ss")
+        );
+        let clean = s.scrub(&text);
+        for secret in ["sk-", "pa%24ss", "pa$ss", &base64(b"alice:pa$ss")] {
+            assert!(!clean.contains(secret), "{secret} in {clean}");
+        }
+        assert!(clean.contains("Bearer <redacted>"), "{clean}");
+    }
+
+    #[test]
+    fn a_server_failing_every_request_stops_with_its_last_answer() {
+        let (url, _h) = scripted(vec![(500, "", "{\"error\": \"CUDA out of memory\"}"); 50]);
+        let pool =
+            Pool::new(&[url], None, PoolConfig { retries: 1000, patience: Duration::from_millis(300), ..fast() })
+                .unwrap();
+        let msg = rt().block_on(pool.post("/x", b"{}")).unwrap_err().to_string();
+        assert!(msg.contains("HTTP 500") && msg.contains("CUDA out of memory"), "{msg}");
+    }
+
+    #[test]
+    fn endless_rate_limiting_is_bounded_by_the_patience() {
+        // Spaced so that the scripted server's 20 answers outlast the patience.
+        let (url, _h) = scripted(vec![(429, "retry-after: 0.05\r\n", ""); 20]);
+        let cfg = PoolConfig { retries: u32::MAX, patience: Duration::from_millis(200), ..fast() };
+        let pool = Pool::new(&[url], None, cfg).unwrap();
+        match rt().block_on(pool.post("/x", b"{}")) {
+            Err(PoolError::RateLimited { .. }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

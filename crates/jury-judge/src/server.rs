@@ -42,7 +42,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::chat::ChatTokenizer;
-use crate::logprobs::{VariantSet, candidates_at, verdict_from_candidates};
+use crate::logprobs::{VariantSet, candidates_at, settle_rounding, verdict_from_candidates};
 use crate::pool::{ApiKey, Pool, PoolConfig, PoolError, PoolStats};
 use crate::render::{MAX_CUTS, cut_longest, too_long};
 use crate::{JudgeError, Template, Verdict};
@@ -272,7 +272,8 @@ impl ServerJudge {
 
     /// The served model's identity, the same on every server: `/v1/models`' entry named
     /// `model` (or the only entry: llama-server lists its one model by file name), as
-    /// its `root` (vLLM: the weights' path) or `id`, and `owned_by` (the engine).
+    /// its `root` (vLLM: the weights' path) or `id`, and `owned_by` (the engine), with
+    /// the configured model name beside them.
     async fn read_identity(&self) -> Result<String, JudgeError> {
         let mut seen: Option<(String, String)> = None;
         let mut reached = 0;
@@ -295,7 +296,8 @@ impl ServerJudge {
                 .or_else(|| (data.len() == 1).then(|| &data[0]));
             let Some(entry) = entry else {
                 let ids: Vec<&str> = data.iter().filter_map(|m| m.get("id")?.as_str()).collect();
-                return Err(self.load_err(format!("{} serves {ids:?}, not `{}`", self.pool.urls()[i], self.cfg.model)));
+                let (url, api) = (&self.pool.urls()[i], self.api);
+                return Err(self.load_err(format!("{url}{api}/models serves {ids:?}, not `{}`", self.cfg.model)));
             };
             let text = |k: &str| entry.get(k).and_then(|x| x.as_str()).unwrap_or("").to_owned();
             let root = if text("root").is_empty() { text("id") } else { text("root") };
@@ -315,8 +317,12 @@ impl ServerJudge {
             return Err(self.load_err(format!("no server answered: {}", failures.join("; "))));
         }
         let (root, engine) = seen.unwrap_or_default();
+        // Both names: servers started the usual container way all report one `root`
+        // (`/model`) whatever they serve, and one config name may point at another
+        // model tomorrow; two judges share records only when both agree.
         Ok(format!(
-            "server model {root}; engine {engine}; tokenizer {}; mode {}; top_logprobs {}{}",
+            "server model {root} served as {:?}; engine {engine}; tokenizer {}; mode {}; top_logprobs {}{}",
+            self.cfg.model,
             self.tokenizer_sha256.as_deref().unwrap_or("none"),
             self.mode.as_str(),
             self.cfg.top_logprobs,
@@ -389,7 +395,16 @@ impl ServerJudge {
     }
 
     fn load_err(&self, reason: String) -> JudgeError {
-        JudgeError::Load { judge: self.cfg.name.clone(), reason }
+        JudgeError::Load { judge: self.cfg.name.clone(), reason: self.pool.scrub(&reason) }
+    }
+
+    /// A per-example error; its text, which may quote the server, is scrubbed of secrets.
+    fn example_err(&self, example: &str, reason: String) -> JudgeError {
+        JudgeError::Example {
+            judge: self.cfg.name.clone(),
+            example: example.to_owned(),
+            reason: self.pool.scrub(&reason),
+        }
     }
 
     /// One request: the server accepts the model name, the key and the number of
@@ -402,7 +417,7 @@ impl ServerJudge {
                 let text = tok.render("probe", "Say Yes.").map_err(|e| self.load_err(e))?;
                 let mut ids = tok.encode_prompt(&text).map_err(|e| self.load_err(e))?;
                 ids.extend_from_slice(&self.prefix);
-                self.ask_example("probe", &ServerPrompt::Tokens(ids)).await.map(|_| ())
+                self.ask_raw("probe", &ServerPrompt::Tokens(ids)).await.map(|_| ())
             }
             (ServerMode::Tokens, _) => {
                 self.request("probe", &ServerPrompt::Tokens(self.prefix.clone())).await.map(|_| ())
@@ -603,8 +618,7 @@ impl ServerJudge {
         example: &str,
         prompt: &ServerPrompt,
     ) -> Result<(serde_json::Value, Option<u64>), JudgeError> {
-        let ex_err =
-            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
+        let ex_err = |reason: String| self.example_err(example, reason);
         let (path, body) = self.request_body(prompt).map_err(ex_err)?;
         let bytes = serde_json::to_vec(&body).map_err(|e| ex_err(e.to_string()))?;
         let resp = self.pool.post(&path, &bytes).await.map_err(|e| match e {
@@ -613,7 +627,7 @@ impl ServerJudge {
                 example: example.to_owned(),
                 reason: e.to_string(),
             },
-            PoolError::AllDown { .. } | PoolError::Auth { .. } => {
+            PoolError::AllDown { .. } | PoolError::Auth { .. } | PoolError::RateLimited { .. } => {
                 JudgeError::Servers { judge: self.cfg.name.clone(), reason: e.to_string() }
             }
             PoolError::GaveUp { .. } => ex_err(e.to_string()),
@@ -631,9 +645,10 @@ impl ServerJudge {
         Ok((logprobs.take(), prompt_tokens))
     }
 
-    async fn ask_example(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
-        let ex_err =
-            |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
+    /// The verdict as the server's answer gives it, with how many candidates it held;
+    /// [`Self::ask_example`] checks it further.
+    async fn ask_raw(&self, example: &str, prompt: &ServerPrompt) -> Result<(Verdict, usize), JudgeError> {
+        let ex_err = |reason: String| self.example_err(example, reason);
         let (logprobs, prompt_tokens) = &self.request(example, prompt).await?;
         if let (ServerMode::Text, ServerPrompt::Tokens(ids)) = (self.mode, prompt)
             && *prompt_tokens != Some(ids.len() as u64)
@@ -671,7 +686,29 @@ impl ServerJudge {
                 }
             )));
         }
-        let mut verdict = verdict_from_candidates(&cands, &self.positive, &self.negative, self.tie.as_ref());
+        let verdict = verdict_from_candidates(&cands, &self.positive, &self.negative, self.tie.as_ref());
+        Ok((verdict, cands.len()))
+    }
+
+    /// One example's verdict: an answer without any verdict token is a failure (not a
+    /// tie), and float32 rounding is settled ([`settle_rounding`]), so what is stored
+    /// passes the check a cache read applies.
+    async fn ask_example(&self, example: &str, prompt: &ServerPrompt) -> Result<Verdict, JudgeError> {
+        let ex_err = |reason: String| self.example_err(example, reason);
+        let (verdict, returned) = self.ask_raw(example, prompt).await?;
+        if verdict.mass == 0.0 && verdict.p_tie.unwrap_or(0.0) == 0.0 {
+            // Not a tie and not a judgment: a failure row, asked again by the next run.
+            let t = &self.template;
+            let words = [Some(&t.positive), Some(&t.negative), t.tie.as_ref()].into_iter().flatten();
+            let words: Vec<String> = words.map(|w| format!("`{w}`")).collect();
+            return Err(ex_err(format!(
+                "no verdict: none of {} is among the {} log-probabilities the server returned at the verdict \
+                 position (raise `top_logprobs`, or check the prompt's answer prefix)",
+                words.join(", "),
+                returned
+            )));
+        }
+        let mut verdict = settle_rounding(verdict).map_err(ex_err)?;
         if let ServerPrompt::Tokens(t) = prompt {
             verdict.n_tokens = t.len();
         }

@@ -273,10 +273,7 @@ impl ServerEntry {
             return Err("`base_urls` is empty".into());
         }
         for u in &self.base_urls {
-            let ok = (u.starts_with("http://") || u.starts_with("https://")) && u.len() > "https://".len();
-            if !ok {
-                return Err(format!("base URL `{}` is not an http:// or https:// address", jury_judge::display_url(u)));
-            }
+            jury_judge::parse_base_url(u)?;
         }
         if self.model.trim().is_empty() {
             return Err("`model` is empty".into());
@@ -289,10 +286,20 @@ impl ServerEntry {
                 return Err(format!("`{name}` must be a positive number of seconds"));
             }
         }
-        if let Some(var) = &self.api_key_env
-            && std::env::var_os(var).is_none_or(|v| v.is_empty())
-        {
-            return Err(format!("`api_key_env` names the environment variable `{var}`, which is not set"));
+        if let Some(var) = &self.api_key_env {
+            match std::env::var_os(var) {
+                None => return Err(format!("`api_key_env` names the environment variable `{var}`, which is not set")),
+                Some(v) if v.is_empty() => {
+                    return Err(format!("`api_key_env` names the environment variable `{var}`, which is empty"));
+                }
+                Some(v) if v.to_str().is_none_or(|k| k.chars().any(char::is_control)) => {
+                    return Err(format!(
+                        "`api_key_env`: the environment variable `{var}` holds a control character (a newline?) \
+                         or is not UTF-8; an HTTP header cannot carry it"
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         if let Some(mode) = self.mode
             && mode.renders_tokens()

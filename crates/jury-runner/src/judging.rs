@@ -146,6 +146,12 @@ async fn judge_one(ctx: &PassContext<'_>, ex: &Example) -> Result<Judged, RunErr
         }
         let mut v = judge.score(&ex.id, prompt).await?;
         v.truncated = truncated;
+        // Never store what a cache read would refuse: every rerun would judge it again.
+        v.check().map_err(|reason| JudgeError::Example {
+            judge: judge.name().to_owned(),
+            example: ex.id.clone(),
+            reason: format!("unusable verdict: {reason}"),
+        })?;
         if let Ok(mut c) = ctx.cache.lock() {
             c.insert(k, v.clone())?;
         }

@@ -340,6 +340,7 @@ mod tests {
             truncated: false,
             exact: true,
             unobserved_bound: None,
+            renormalised_from: None,
         };
         let sw = format!("a{}", jury_datasets::SWAPPED_SUFFIX);
         let mut m = HashMap::from([("a".to_string(), v(0.8)), (sw, v(0.4))]);

@@ -43,6 +43,8 @@ pub(crate) fn simulated_jury_with_texts(dir: &Path, markup: &str) -> PathBuf {
 }
 
 #[allow(dead_code, reason = "used by the server tests only")]
+pub(crate) mod fake_openai;
+#[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod proxy;
 #[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod servers;

@@ -23,7 +23,7 @@ pub(crate) struct FaultProxy {
     pub faults_injected: Arc<AtomicUsize>,
 }
 
-fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
+pub(crate) fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
     let header_end = loop {
