@@ -82,6 +82,23 @@ fn observed() -> bool {
 }
 
 impl Verdict {
+    /// The verdict of a distribution in which every verdict token was observed.
+    pub fn from_probabilities(p_positive: f64, p_negative: f64, p_tie: Option<f64>) -> Verdict {
+        let mass = p_positive + p_negative;
+        Verdict {
+            y: (mass > 0.0).then(|| p_positive / mass),
+            p_positive,
+            p_negative,
+            p_tie,
+            mass,
+            n_tokens: 0,
+            truncated: false,
+            exact: true,
+            unobserved_bound: None,
+            renormalised_from: None,
+        }
+    }
+
     /// Whether the numbers can be a verdict (probabilities finite and in [0, 1]), for
     /// values read back from a cache.
     pub fn check(&self) -> Result<(), String> {
@@ -141,20 +158,7 @@ pub fn verdict_from_logits(logits: &[f32], positive: &[u32], negative: &[u32], t
     let p = |ids: &[u32]| -> f64 {
         ids.iter().filter_map(|&i| logits.get(i as usize)).map(|&l| (l as f64 - max).exp() / z).sum()
     };
-    let (p_positive, p_negative) = (p(positive), p(negative));
-    let mass = p_positive + p_negative;
-    Verdict {
-        y: (mass > 0.0).then(|| p_positive / mass),
-        p_positive,
-        p_negative,
-        p_tie: (!tie.is_empty()).then(|| p(tie)),
-        mass,
-        n_tokens: 0,
-        truncated: false,
-        exact: true,
-        unobserved_bound: None,
-        renormalised_from: None,
-    }
+    Verdict::from_probabilities(p(positive), p(negative), (!tie.is_empty()).then(|| p(tie)))
 }
 
 /// Where a `Pretrained` model is read from: an existing directory as is; a hub id

@@ -199,19 +199,7 @@ mod tests {
     }
 
     fn verdict(p_positive: f64, p_negative: f64) -> Verdict {
-        let mass = p_positive + p_negative;
-        Verdict {
-            y: Some(p_positive / mass),
-            p_positive,
-            p_negative,
-            p_tie: None,
-            mass,
-            n_tokens: 0,
-            truncated: false,
-            exact: true,
-            unobserved_bound: None,
-            renormalised_from: None,
-        }
+        Verdict::from_probabilities(p_positive, p_negative, None)
     }
 
     /// Float32 rounding above 1 is divided out and recorded; the result always passes
