@@ -970,6 +970,10 @@ mod tests {
         let (v, identity, seen) = chat_judge(vec![(404, "", "Not Found")], answer);
         assert!((v.p_positive - (-0.3f64).exp()).abs() < 1e-12 && !v.exact, "{v:?}");
         assert!(!identity.contains("/tokenize"), "{identity}");
+        // The configured name is part of the identity (so of every cache key): records
+        // written under the identity without it (`server model m; engine stub; ...`)
+        // are never found again, and those examples are judged anew.
+        assert!(identity.starts_with("server model m served as \"m\"; engine stub; "), "{identity}");
         assert_eq!(seen.len(), 4, "models, one /tokenize, probe, example");
         assert!(!seen[3].contains("logprob_token_ids"), "{}", seen[3]);
     }
