@@ -31,7 +31,7 @@ pub use chat::{ChatTokenizer, ChatTokenizerError};
 pub use judge::{
     EXTRACTION_RULE, Judge, JudgeConfig, ModelSource, Verdict, gguf_problem, local_model_dir, verdict_from_logits,
 };
-pub use pool::{ApiKey, MAX_BODY_BYTES, PoolConfig, PoolStats, ServerStats, display_url, parse_base_url};
+pub use pool::{ApiKey, PoolConfig, PoolStats, ServerStats, display_url, parse_base_url, without_password};
 pub use server::{ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode, check_budget_with_tokenizer};
 pub use template::Template;
 

@@ -116,9 +116,19 @@ pub fn parse_base_url(raw: &str) -> Result<reqwest::Url, String> {
     Ok(url)
 }
 
+/// `raw` with any password in its user info replaced by `REDACTED`, for writing a
+/// config back; a URL that does not parse, or has no password, is returned as it is.
+pub fn without_password(raw: &str) -> String {
+    let Ok(mut url) = parse_base_url(raw) else { return raw.to_owned() };
+    if url.password().is_none() || url.set_password(Some("REDACTED")).is_err() {
+        return raw.to_owned();
+    }
+    url.to_string()
+}
+
 /// The largest response body read; a larger one fails its request (a 50 MB answer to a
 /// one-token request is no verdict, and reading it whole would hold it in memory).
-pub const MAX_BODY_BYTES: usize = 16 << 20;
+pub(crate) const MAX_BODY_BYTES: usize = 16 << 20;
 
 /// The texts that must never be shown: the key (as sent in `Bearer`, and JSON-escaped)
 /// and each base URL's password (raw, percent-decoded, and as the Basic credentials
@@ -299,15 +309,25 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// A body read up to [`MAX_BODY_BYTES`]; over it, the error says so.
-async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
+/// Why a body was not read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// Larger than [`MAX_BODY_BYTES`]: the request's fault, not a transient one.
+    #[error("the answer is over {} MiB, the most jury reads", MAX_BODY_BYTES >> 20)]
+    TooLarge,
+    #[error("{0}")]
+    Read(String),
+}
+
+/// A body read up to [`MAX_BODY_BYTES`].
+async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, BodyError> {
     if resp.content_length().is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(format!("the answer is over {} MiB, the most jury reads", MAX_BODY_BYTES >> 20));
+        return Err(BodyError::TooLarge);
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| BodyError::Read(describe(&e)))? {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(format!("the answer is over {} MiB, the most jury reads", MAX_BODY_BYTES >> 20));
+            return Err(BodyError::TooLarge);
         }
         body.extend_from_slice(&chunk);
     }
@@ -558,7 +578,7 @@ impl Pool {
             .map(|s| Duration::from_secs_f64(s.min(300.0)));
         let bytes = match read_body(resp).await {
             Ok(b) => b,
-            Err(e) if e.starts_with("the answer is over") => return Outcome::Rejected { status, reason: e },
+            Err(e @ BodyError::TooLarge) => return Outcome::Rejected { status, reason: e.to_string() },
             Err(e) => {
                 return Outcome::Transient {
                     reason: format!("{}: reading the response: {e}", s.shown),
@@ -749,6 +769,8 @@ mod tests {
             let e = parse_base_url(bad).unwrap_err();
             assert!(e.contains(says) && e.contains(&format!("{bad:?}")), "{bad}: {e}");
         }
+        assert_eq!(without_password("http://u:s%24cret@h:1/v1"), "http://u:REDACTED@h:1/v1");
+        assert_eq!(without_password("http://h:1"), "http://h:1");
         let e = parse_base_url("http://u:secret@h:1?x=1").unwrap_err();
         assert!(!e.contains("secret") && e.contains("<user info>@h:1?x=1"), "{e}");
     }

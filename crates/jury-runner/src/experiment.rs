@@ -92,6 +92,9 @@ pub struct JudgeEntry {
 #[serde(deny_unknown_fields)]
 pub struct ServerEntry {
     /// Replicas serving the same model, e.g. `http://127.0.0.1:8000` (with or without `/v1`).
+    /// Written back (`config.resolved.yaml`) without a password in them, as keys are
+    /// written back only by their variable's name.
+    #[serde(serialize_with = "urls_without_passwords")]
     pub base_urls: Vec<String>,
     /// The served model name.
     pub model: String,
@@ -264,6 +267,10 @@ impl JudgeEntry {
         }
         Ok(())
     }
+}
+
+fn urls_without_passwords<S: serde::Serializer>(urls: &[String], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(urls.iter().map(|u| jury_judge::without_password(u)))
 }
 
 impl ServerEntry {

@@ -184,28 +184,9 @@ pub fn write_judging<A: Serialize>(
     if let Some(style) = contexts {
         write(layout.contexts(), &contexts_csv(examples, style))?;
     }
-    let yaml_err = |e: serde_yaml::Error| RunError::Write { path: layout.resolved_config(), reason: e.to_string() };
-    let mut resolved = serde_yaml::to_value(exp).map_err(yaml_err)?;
-    without_url_passwords(&mut resolved);
-    write(layout.resolved_config(), &serde_yaml::to_string(&resolved).map_err(yaml_err)?)
-}
-
-/// The resolved config names API keys by their variable only; a password written into
-/// a base URL (`http://user:password@host`) is replaced the same way, so no output
-/// file holds a secret.
-fn without_url_passwords(config: &mut serde_yaml::Value) {
-    let judges = config.get_mut("judges").and_then(|j| j.as_sequence_mut());
-    for judge in judges.into_iter().flatten() {
-        let urls = judge.get_mut("server").and_then(|s| s.get_mut("base_urls")).and_then(|u| u.as_sequence_mut());
-        for url in urls.into_iter().flatten() {
-            if let Some(mut parsed) = url.as_str().and_then(|u| jury_judge::parse_base_url(u).ok())
-                && parsed.password().is_some()
-                && parsed.set_password(Some("REDACTED")).is_ok()
-            {
-                *url = serde_yaml::Value::String(parsed.to_string());
-            }
-        }
-    }
+    let resolved = serde_yaml::to_string(exp)
+        .map_err(|e| RunError::Write { path: layout.resolved_config(), reason: e.to_string() })?;
+    write(layout.resolved_config(), &resolved)
 }
 
 fn judgments_csv(run: &JuryRun) -> String {

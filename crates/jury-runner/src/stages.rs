@@ -330,18 +330,7 @@ mod tests {
 
     #[test]
     fn both_orders_average_in_the_original_orientation() {
-        let v = |y: f64| Verdict {
-            y: Some(y),
-            p_positive: y,
-            p_negative: 1.0 - y,
-            p_tie: None,
-            mass: 1.0,
-            n_tokens: 1,
-            truncated: false,
-            exact: true,
-            unobserved_bound: None,
-            renormalised_from: None,
-        };
+        let v = |y: f64| Verdict { n_tokens: 1, ..Verdict::from_probabilities(y, 1.0 - y, None) };
         let sw = format!("a{}", jury_datasets::SWAPPED_SUFFIX);
         let mut m = HashMap::from([("a".to_string(), v(0.8)), (sw, v(0.4))]);
         debias(&[ex("a")], &mut m);
