@@ -10,13 +10,12 @@
 //! likelihood (the classes it put weight on saw its own votes), so the posterior is
 //! always defined. A class or judge row with no weight falls back to uniform.
 
-use rustc_hash::FxHashMap as HashMap;
-
 use jury_core::Judgments;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{AggregateError, Aggregation, Aggregator, Diagnostics, TieBreak, finish, normalize_or_uniform};
+use crate::votes::Votes;
+use crate::{AggregateError, Aggregation, Aggregator, Diagnostics, TieBreak, finish};
 
 /// How the class prior P(c) is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,72 +128,6 @@ pub struct DawidSkene {
     pub config: DawidSkeneConfig,
 }
 
-/// Hard votes grouped by pattern: examples with the same (judge, vote) set share one
-/// posterior, so EM works on the distinct patterns weighted by their counts (a jury of
-/// 10 binary judges has at most 3^10 patterns and usually far fewer than examples).
-/// Pattern `p`'s pairs are `entries[offsets[p]..offsets[p + 1]]`.
-struct Votes {
-    n_classes: usize,
-    n_judges: usize,
-    offsets: Vec<usize>,
-    entries: Vec<(u32, u32)>,
-    /// Number of examples with each pattern.
-    counts: Vec<f64>,
-    /// Pattern of each example.
-    pattern_of: Vec<u32>,
-}
-
-impl Votes {
-    fn new(j: &Judgments) -> Self {
-        let mut index: HashMap<Vec<(u32, u32)>, u32> = HashMap::default();
-        let mut votes = Votes {
-            n_classes: j.n_classes(),
-            n_judges: j.n_judges(),
-            offsets: vec![0],
-            entries: Vec::new(),
-            counts: Vec::new(),
-            pattern_of: Vec::with_capacity(j.n_examples()),
-        };
-        let mut key = Vec::new();
-        for n in 0..j.n_examples() {
-            key.clear();
-            key.extend(j.row(n).map(|(k, p)| (k as u32, jury_core::argmax(p) as u32)));
-            let p = match index.get(&key) {
-                Some(&p) => p,
-                None => {
-                    let p = votes.counts.len() as u32;
-                    votes.entries.extend_from_slice(&key);
-                    votes.offsets.push(votes.entries.len());
-                    votes.counts.push(0.0);
-                    index.insert(key.clone(), p);
-                    p
-                }
-            };
-            votes.counts[p as usize] += 1.0;
-            votes.pattern_of.push(p);
-        }
-        votes
-    }
-
-    fn pattern(&self, p: usize) -> &[(u32, u32)] {
-        &self.entries[self.offsets[p]..self.offsets[p + 1]]
-    }
-
-    fn n_patterns(&self) -> usize {
-        self.counts.len()
-    }
-
-    /// Per-pattern rows (P x C) expanded to per-example rows (N x C).
-    fn expand(&self, per_pattern: &[f64]) -> Vec<f64> {
-        let c = self.n_classes;
-        let mut out = Vec::with_capacity(self.pattern_of.len() * c);
-        for &p in &self.pattern_of {
-            out.extend_from_slice(&per_pattern[p as usize * c..(p as usize + 1) * c]);
-        }
-        out
-    }
-}
-
 impl DawidSkene {
     pub fn new(config: DawidSkeneConfig) -> Self {
         Self { config }
@@ -246,11 +179,10 @@ impl Aggregator for DawidSkene {
         }
         let c = j.n_classes();
         let votes = Votes::new(j);
-        let unjudged =
-            (0..votes.n_patterns()).filter(|&p| votes.pattern(p).is_empty()).map(|p| votes.counts[p] as usize).sum();
+        let unjudged = votes.unjudged();
         let uniform = vec![1.0 / c as f64; c];
         let mut params = match cfg.init {
-            EmInit::MajorityVote => m_step(&votes, &vote_fractions(&votes), cfg.prior, &uniform, None),
+            EmInit::MajorityVote => m_step(&votes, &votes.vote_fractions(), cfg.prior, &uniform, None),
             EmInit::Random { seed } => Flat::of(&self.random_params(seed, c, j.n_judges())),
         };
         let mut trace = Vec::with_capacity(cfg.max_iter);
@@ -288,21 +220,6 @@ fn check_params(params: &DsParams, j: &Judgments) -> Result<(), AggregateError> 
             reason: format!("parameters do not match {} judges x {} classes", j.n_judges(), j.n_classes()),
         })
     }
-}
-
-/// Majority-vote fractions per pattern (P x C), the classic EM start; uniform for the
-/// empty pattern. Same rule as [`MajorityVote`].
-fn vote_fractions(votes: &Votes) -> Vec<f64> {
-    let c = votes.n_classes;
-    let mut out = vec![0.0; votes.n_patterns() * c];
-    for (p, row) in out.chunks_exact_mut(c).enumerate() {
-        let pat = votes.pattern(p);
-        for &(_, v) in pat {
-            row[v as usize] += 1.0;
-        }
-        normalize_or_uniform(row, pat.len());
-    }
-    out
 }
 
 /// Posteriors per pattern (P x C) and the observed-data log-likelihood under `params`.

@@ -8,13 +8,27 @@
 
 mod average;
 mod dawid_skene;
+mod glad;
+mod kos;
+mod mace;
+mod mmsr;
+mod onecoin;
+mod special;
 mod ties;
 mod vote;
+mod votes;
+mod wawa;
 
 pub use average::AverageProb;
 pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
+pub use glad::Glad;
+pub use kos::Kos;
+pub use mace::Mace;
+pub use mmsr::Mmsr;
+pub use onecoin::OneCoinDawidSkene;
 pub use ties::TieBreak;
 pub use vote::MajorityVote;
+pub use wawa::{Wawa, ZeroBasedSkill};
 
 use jury_core::{CoreError, Judgments, Posteriors};
 
@@ -69,6 +83,38 @@ pub enum Diagnostics {
         unjudged: usize,
     },
     DawidSkene(EmReport),
+    /// A method that estimates one number per judge.
+    Skills(SkillReport),
+}
+
+/// Per-judge skills and the course of the fit, for the methods that estimate one number
+/// per judge (the crowd-sourcing suite).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkillReport {
+    /// What a skill measures for this method, in words for reports.
+    pub meaning: &'static str,
+    /// One per judge, in the matrix's order; `None` for a judge with no judgment.
+    pub skills: Vec<Option<f64>>,
+    pub iterations: usize,
+    pub converged: bool,
+    /// The fit's objective at the end, per vote, where the method has one.
+    pub objective: Option<f64>,
+    /// Examples whose final posterior had a tied top class.
+    pub ties: usize,
+    /// Examples with no judgment (their posterior is the method's prior).
+    pub unjudged: usize,
+}
+
+impl SkillReport {
+    fn new(
+        meaning: &'static str,
+        skills: Vec<Option<f64>>,
+        iterations: usize,
+        converged: bool,
+        objective: Option<f64>,
+    ) -> Self {
+        Self { meaning, skills, iterations, converged, objective, ties: 0, unjudged: 0 }
+    }
 }
 
 /// Shared body of the counting aggregators: example `n`'s posterior is the mean, over the
@@ -109,6 +155,23 @@ fn normalize_or_uniform(row: &mut [f64], count: usize) -> bool {
         row.iter_mut().for_each(|r| *r /= count as f64);
     }
     count > 0
+}
+
+/// Expands per-pattern posteriors to examples, labels them by `ties` and completes the
+/// report's tie and unjudged counts.
+fn finish_votes(
+    method: &'static str,
+    votes: &votes::Votes,
+    per_pattern: &[f64],
+    ties: TieBreak,
+    mut report: SkillReport,
+) -> Result<Aggregation, AggregateError> {
+    let c = votes.n_classes;
+    let values = votes.expand(per_pattern);
+    let (labels, n_ties) = ties.label_all(&values, c);
+    report.ties = n_ties;
+    report.unjudged = votes.unjudged();
+    finish(method, c, values, labels, Diagnostics::Skills(report))
 }
 
 fn finish(

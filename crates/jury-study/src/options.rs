@@ -26,6 +26,34 @@ pub enum Method {
     #[value(name = "ds")]
     #[serde(rename = "ds")]
     Ds,
+    /// Wawa: votes weighted by each judge's agreement with the majority (crowd-kit).
+    #[value(name = "wawa")]
+    #[serde(rename = "wawa")]
+    Wawa,
+    /// ZeroBasedSkill: votes weighted by agreement with the weighted vote, refined (crowd-kit).
+    #[value(name = "zbs")]
+    #[serde(rename = "zbs")]
+    Zbs,
+    /// One-coin Dawid-Skene: one P(correct) per judge, by EM (crowd-kit).
+    #[value(name = "onecoin")]
+    #[serde(rename = "onecoin")]
+    OneCoin,
+    /// GLAD: judge ability and example difficulty, by EM (Whitehill et al. 2009).
+    #[value(name = "glad")]
+    #[serde(rename = "glad")]
+    Glad,
+    /// MACE: each judge knows or spams, by variational Bayes (Hovy et al. 2013).
+    #[value(name = "mace")]
+    #[serde(rename = "mace")]
+    Mace,
+    /// M-MSR: skills from a robust rank-one fit of the judges' covariance (Ma and Olshevsky 2020).
+    #[value(name = "mmsr")]
+    #[serde(rename = "mmsr")]
+    Mmsr,
+    /// KOS: belief propagation on the example-judge graph, two classes (Karger et al. 2011).
+    #[value(name = "kos")]
+    #[serde(rename = "kos")]
+    Kos,
     /// A context model trained on majority-vote labels (needs contexts and labels).
     #[value(name = "train-on-mv")]
     #[serde(rename = "train-on-mv")]
@@ -52,7 +80,16 @@ impl Method {
     /// The context-dependent method this is, if it is one.
     fn neural(self) -> Option<NeuralMethod> {
         match self {
-            Method::Avg | Method::Mv | Method::Ds => None,
+            Method::Avg
+            | Method::Mv
+            | Method::Ds
+            | Method::Wawa
+            | Method::Zbs
+            | Method::OneCoin
+            | Method::Glad
+            | Method::Mace
+            | Method::Mmsr
+            | Method::Kos => None,
             Method::TrainOnMv => Some(NeuralMethod::TrainOnMv),
             Method::Crowdlayer => Some(NeuralMethod::Crowdlayer),
             Method::SkillAggNoReg => Some(NeuralMethod::SkillAggNoReg),
@@ -386,6 +423,8 @@ pub struct Settings {
     /// [`Settings::resolve_encoder`] finds it.
     pub(crate) neural_opts: Option<NeuralOptions>,
     pub(crate) contexts: Option<PathBuf>,
+    /// Seeds the methods with random starts (MACE).
+    pub(crate) seed: u64,
 }
 
 impl Settings {
@@ -424,7 +463,7 @@ impl Settings {
         if neural_opts.is_some() && a.contexts.is_none() {
             return Err(StudyError::NeedsContexts);
         }
-        Ok(Self { methods, ties, ds, neural, neural_opts, contexts: a.contexts.clone() })
+        Ok(Self { methods, ties, ds, neural, neural_opts, contexts: a.contexts.clone(), seed: a.seed })
     }
 
     /// Finds the encoder the options name (a local folder, or a hub id in the hub cache,

@@ -116,6 +116,18 @@ pub enum DiagnosticMetrics<'a> {
         ties: usize,
         unjudged: usize,
     },
+    Skills {
+        iterations: usize,
+        converged: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        objective: Option<f64>,
+        /// What a skill measures for this method.
+        skill: &'static str,
+        /// Each judge's skill (null for a judge with no judgment).
+        skills: Named<'a, Option<f64>>,
+        ties: usize,
+        unjudged: usize,
+    },
 }
 
 /// The dev set's choice for one seed.
@@ -172,6 +184,15 @@ fn diagnostics<'a>(d: &'a Diagnostics, j: &'a Judgments) -> DiagnosticMetrics<'a
             ),
             ties: em.ties,
             unjudged: em.unjudged,
+        },
+        Diagnostics::Skills(r) => DiagnosticMetrics::Skills {
+            iterations: r.iterations,
+            converged: r.converged,
+            objective: r.objective,
+            skill: r.meaning,
+            skills: Named(j.judge_names().iter().map(String::as_str).zip(r.skills.iter().copied()).collect()),
+            ties: r.ties,
+            unjudged: r.unjudged,
         },
     }
 }
@@ -383,6 +404,9 @@ fn table(j: &Judgments, labels: Option<&Labels>, runs: &[crate::MethodRun]) -> S
             Diagnostics::Counting { ties, .. } => format!("{ties} ties"),
             Diagnostics::DawidSkene(em) => {
                 format!("{} iterations, {}", em.iterations, if em.converged { "converged" } else { "not converged" })
+            }
+            Diagnostics::Skills(r) => {
+                format!("{} iterations, {}", r.iterations, if r.converged { "converged" } else { "not converged" })
             }
         };
         let _ = writeln!(s, "{:<width$}  {:>8}  {:>8}  {:>8}  {notes}", r.name, fmt_opt(acc), fmt_opt(b), fmt_opt(e));

@@ -5,7 +5,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use jury_aggregate::{Aggregation, Aggregator, AverageProb, DawidSkene, MajorityVote};
+use jury_aggregate::{
+    Aggregation, Aggregator, AverageProb, DawidSkene, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, Wawa,
+    ZeroBasedSkill,
+};
 use jury_core::{Judgments, Labels};
 use jury_metrics::Split;
 use jury_neural::{NeuralOptions, NeuralRun, Note};
@@ -47,6 +50,13 @@ impl Settings {
             Method::Avg => Some(Box::new(AverageProb { ties: self.ties })),
             Method::Mv => Some(Box::new(MajorityVote { ties: self.ties })),
             Method::Ds => Some(Box::new(DawidSkene::new(self.ds))),
+            Method::Wawa => Some(Box::new(Wawa { ties: self.ties })),
+            Method::Zbs => Some(Box::new(ZeroBasedSkill::new(self.ties))),
+            Method::OneCoin => Some(Box::new(OneCoinDawidSkene::new(self.ties))),
+            Method::Glad => Some(Box::new(Glad::new(self.ties))),
+            Method::Mace => Some(Box::new(Mace::new(self.ties, self.seed))),
+            Method::Mmsr => Some(Box::new(Mmsr::new(self.ties))),
+            Method::Kos => Some(Box::new(Kos::new(self.ties))),
             _ => None,
         }
     }

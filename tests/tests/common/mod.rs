@@ -53,6 +53,10 @@ pub(crate) mod servers;
 /// Runs an idempotent install script of the repository's (a server, the browser) and
 /// returns the path it prints last; fails the test saying what is missing.
 pub(crate) fn install(script: &str, what: &str) -> PathBuf {
+    // Tests of one binary run in parallel: one install at a time, so the first does the
+    // work and the others find it done (the scripts also lock across processes).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let out = Command::new(repo_root().join(script))
         .stderr(Stdio::inherit())
         .output()

@@ -1,0 +1,142 @@
+//! KOS (Karger, Oh and Shah, NeurIPS 2011, "Iterative learning for reliable crowdsourcing
+//! systems"): belief propagation on the example-judge graph for binary votes, messages
+//! from examples to judges and back, each leaving out the message it answers. The
+//! answer is the sign of the judges' reliability-weighted votes (crowd-kit's KOS).
+//!
+//! Messages are rescaled every iteration (the signs, which are all KOS reads, do not
+//! change), so no early exit on overflow is needed. Examples with the same votes send
+//! the same messages, so they run over patterns; every judge-to-example message starts
+//! at 1 (crowd-kit draws them from N(1, 1)).
+
+use jury_core::Judgments;
+
+use crate::votes::Votes;
+use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, finish_votes};
+
+/// Settings of KOS.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Kos {
+    pub ties: TieBreak,
+    pub n_iter: usize,
+}
+
+impl Kos {
+    pub fn new(ties: TieBreak) -> Self {
+        Self { ties, n_iter: 100 }
+    }
+}
+
+fn rescale(x: &mut [f64]) {
+    let max = x.iter().fold(0.0, |m: f64, v| m.max(v.abs()));
+    if max > 0.0 {
+        x.iter_mut().for_each(|v| *v /= max);
+    }
+}
+
+impl Aggregator for Kos {
+    fn name(&self) -> &'static str {
+        "kos"
+    }
+
+    fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
+        if j.n_examples() == 0 {
+            return Err(AggregateError::Empty { method: self.name() });
+        }
+        if j.n_classes() != 2 {
+            return Err(AggregateError::Config {
+                method: self.name(),
+                reason: format!("KOS is for two classes; these judgments have {}", j.n_classes()),
+            });
+        }
+        if self.n_iter == 0 {
+            return Err(AggregateError::Config { method: self.name(), reason: "n_iter must be >= 1".into() });
+        }
+        let votes = Votes::new(j);
+        let sign = |v: u32| if v == 1 { 1.0 } else { -1.0 };
+        // One message per (pattern, judge) pair in pattern order, each direction.
+        let edges: Vec<(usize, usize, f64)> = (0..votes.n_patterns())
+            .flat_map(|p| votes.pattern(p).iter().map(move |&(k, v)| (p, k as usize, v)))
+            .map(|(p, k, v)| (p, k, sign(v)))
+            .collect();
+        let mut to_example = vec![1.0; edges.len()];
+        let mut to_judge = vec![0.0; edges.len()];
+        let mut example_sum = vec![0.0; votes.n_patterns()];
+        let mut judge_sum = vec![0.0; votes.n_judges];
+        for _ in 0..self.n_iter {
+            example_sum.fill(0.0);
+            for (&(p, _, a), y) in edges.iter().zip(&to_example) {
+                example_sum[p] += a * y;
+            }
+            for (x, (&(p, _, a), y)) in to_judge.iter_mut().zip(edges.iter().zip(&to_example)) {
+                *x = example_sum[p] - a * y;
+            }
+            rescale(&mut to_judge);
+            judge_sum.fill(0.0);
+            for (&(p, k, a), x) in edges.iter().zip(&to_judge) {
+                judge_sum[k] += votes.counts[p] * a * x;
+            }
+            for (y, (&(_, k, a), x)) in to_example.iter_mut().zip(edges.iter().zip(&to_judge)) {
+                *y = judge_sum[k] - a * x;
+            }
+            rescale(&mut to_example);
+        }
+        // No two judges share an example (a lone judge, say): no message carries
+        // information, and KOS falls back to the plain vote.
+        if to_example.iter().all(|&y| y == 0.0) {
+            to_example.fill(1.0);
+        }
+        let mut t = vec![0.5; votes.n_patterns() * 2];
+        example_sum.fill(0.0);
+        for (&(p, _, a), y) in edges.iter().zip(&to_example) {
+            example_sum[p] += a * y;
+        }
+        // Sums within rounding of 0 are ties.
+        let scale = example_sum.iter().fold(0.0, |m: f64, s| m.max(s.abs()));
+        for (p, &s) in example_sum.iter().enumerate() {
+            if s.abs() > 1e-9 * scale {
+                let yes = if s > 0.0 { 1.0 } else { 0.0 };
+                t[p * 2..p * 2 + 2].copy_from_slice(&[1.0 - yes, yes]);
+            }
+        }
+        // A judge's reliability: its mean message, on the scale of the largest.
+        let mut total = vec![0.0; votes.n_judges];
+        let mut count = vec![0.0; votes.n_judges];
+        for (&(p, k, _), y) in edges.iter().zip(&to_example) {
+            total[k] += votes.counts[p] * y;
+            count[k] += votes.counts[p];
+        }
+        let mut mean: Vec<f64> = total.iter().zip(&count).map(|(t, n)| if *n > 0.0 { t / n } else { 0.0 }).collect();
+        rescale(&mut mean);
+        let skills = mean.iter().zip(&count).map(|(&m, &n)| (n > 0.0).then_some(m)).collect();
+        let report = SkillReport::new("reliability (mean message, largest = 1)", skills, self.n_iter, true, None);
+        finish_votes(self.name(), &votes, &t, self.ties, report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::binary;
+
+    #[test]
+    fn outvotes_a_correlated_pair_of_bad_judges_only_with_reliabilities() {
+        let rows: Vec<Vec<Option<f64>>> = (0..100)
+            .map(|n| {
+                let y = n % 2 == 0;
+                let p = |wrong: bool| Some(if y != wrong { 0.9 } else { 0.1 });
+                vec![p(n % 10 == 1), p(n % 10 == 2), p(n % 10 == 3), p(n % 10 >= 6), p(n % 10 >= 6)]
+            })
+            .collect();
+        let refs: Vec<&[Option<f64>]> = rows.iter().map(|r| r.as_slice()).collect();
+        let a = Kos::new(TieBreak::Positive).aggregate(&binary(&refs)).unwrap();
+        let want: Vec<usize> = (0..100).map(|n| usize::from(n % 2 == 0)).collect();
+        assert_eq!(a.labels(), want.as_slice());
+    }
+
+    #[test]
+    fn refuses_three_classes() {
+        let j =
+            Judgments::from_entries(vec!["e".into()], vec!["j".into()], 3, vec![Some(vec![0.2, 0.3, 0.5])]).unwrap();
+        assert!(matches!(Kos::new(TieBreak::Positive).aggregate(&j), Err(AggregateError::Config { .. })));
+    }
+}

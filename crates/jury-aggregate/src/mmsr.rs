@@ -1,0 +1,248 @@
+//! M-MSR (Ma and Olshevsky, UAI 2020, "Adversarial crowdsourcing through robust
+//! rank-one matrix completion"): under the one-coin model the judges' agreement
+//! covariance is rank one off the diagonal, its factor the judges' skills; a trimmed
+//! alternating fit resists a few adversarial judges. The skills become log-odds weights
+//! of a vote (crowd-kit's MMSR).
+
+use jury_core::Judgments;
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::special::softmax_in_place;
+use crate::votes::Votes;
+use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, finish_votes};
+
+/// Settings of M-MSR.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mmsr {
+    pub ties: TieBreak,
+    pub max_iter: usize,
+    pub tol: f64,
+}
+
+impl Mmsr {
+    pub fn new(ties: TieBreak) -> Self {
+        Self { ties, max_iter: 10_000, tol: 1e-10 }
+    }
+}
+
+/// Juries up to this many judges count pairs in a K x K table.
+const DENSE_JUDGES: usize = 2048;
+
+/// The judges' covariance as adjacency lists: for each judge i, its partners j (judges
+/// sharing at least one example, increasing) with `C/(C-1) * agreement - 1/(C-1)`.
+/// Memory follows the pairs present, not K x K (a crowd of 200,000 judges is sparse).
+fn covariance(votes: &Votes) -> Vec<Vec<(u32, f64)>> {
+    let c = votes.n_classes as f64;
+    let k_all = votes.n_judges;
+    // (agreements, shared examples) per pair i < j: a dense table for a small jury, a
+    // map of the pairs present for a large crowd.
+    let dense = k_all <= DENSE_JUDGES;
+    let mut table = vec![(0.0, 0.0); if dense { k_all * k_all } else { 0 }];
+    let mut map: HashMap<(u32, u32), (f64, f64)> = HashMap::default();
+    for p in 0..votes.n_patterns() {
+        let (pat, w) = (votes.pattern(p), votes.counts[p]);
+        for (a, &(i, vi)) in pat.iter().enumerate() {
+            for &(j, vj) in &pat[a + 1..] {
+                let e =
+                    if dense { &mut table[i as usize * k_all + j as usize] } else { map.entry((i, j)).or_default() };
+                e.1 += w;
+                if vi == vj {
+                    e.0 += w;
+                }
+            }
+        }
+    }
+    if dense {
+        for (at, &e) in table.iter().enumerate().filter(|(_, e)| e.1 > 0.0) {
+            map.insert(((at / k_all) as u32, (at % k_all) as u32), e);
+        }
+    }
+    let pairs = map;
+    let mut adj = vec![Vec::new(); votes.n_judges];
+    for (&(i, j), &(agree, common)) in &pairs {
+        let cov = c / (c - 1.0) * agree / common - 1.0 / (c - 1.0);
+        adj[i as usize].push((j, cov));
+        adj[j as usize].push((i, cov));
+    }
+    adj.iter_mut().for_each(|a| a.sort_by_key(|&(j, _)| j));
+    adj
+}
+
+/// The mean of `x` after dropping its `f` largest values above `a` and its `f` smallest
+/// below `a` (fewer when fewer lie on that side); `None` when nothing is left.
+fn trimmed_mean(x: &mut [f64], f: usize, a: f64) -> Option<f64> {
+    x.sort_by(f64::total_cmp);
+    let below = x.iter().filter(|&&y| y < a).count();
+    let lo = if below < f { below } else { f };
+    let above = x.iter().filter(|&&y| y > a).count();
+    let hi = x.len() - if above < f { above } else { f };
+    (lo < hi).then(|| x[lo..hi].iter().sum::<f64>() / (hi - lo) as f64)
+}
+
+/// Signs s with sign(C_ij) = s_i s_j as far as possible: the leading eigenvector of the
+/// signed adjacency matrix (power iteration), oriented so that most judges are positive.
+/// The start, each judge's summed covariance plus its degree, is generic and depends on
+/// no judge order, so the signs do not either (a uniform start can be orthogonal to the
+/// leading vector, and then rounding decides).
+fn signs(adj: &[Vec<(u32, f64)>]) -> Vec<f64> {
+    let sign = |x: f64| {
+        if x > 0.0 {
+            1.0
+        } else if x < 0.0 {
+            -1.0
+        } else {
+            0.0
+        }
+    };
+    // A shift by the largest degree keeps every eigenvalue at or above 0, so the
+    // iteration finds the largest, not the largest in magnitude.
+    let shift = adj.iter().map(Vec::len).max().unwrap_or(0) as f64 + 1.0;
+    let mut s: Vec<f64> = adj.iter().map(|row| row.len() as f64 + row.iter().map(|&(_, x)| x).sum::<f64>()).collect();
+    for _ in 0..1000 {
+        let mut next: Vec<f64> = adj
+            .iter()
+            .enumerate()
+            .map(|(i, row)| row.iter().map(|&(j, x)| sign(x) * s[j as usize]).sum::<f64>() + shift * s[i])
+            .collect();
+        let norm = next.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm == 0.0 || !norm.is_finite() {
+            break;
+        }
+        next.iter_mut().for_each(|x| *x /= norm);
+        let done = next.iter().zip(&s).all(|(a, b)| (a - b).abs() < 1e-12);
+        s = next;
+        if done {
+            break;
+        }
+    }
+    // Components within rounding of 0 count as positive.
+    let hard: Vec<f64> = s.iter().map(|&x| if x < -1e-9 { -1.0 } else { 1.0 }).collect();
+    let orient = if hard.iter().sum::<f64>() < 0.0 { -1.0 } else { 1.0 };
+    hard.iter().map(|x| orient * x).collect()
+}
+
+impl Aggregator for Mmsr {
+    fn name(&self) -> &'static str {
+        "mmsr"
+    }
+
+    fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
+        if j.n_examples() == 0 {
+            return Err(AggregateError::Empty { method: self.name() });
+        }
+        if self.max_iter == 0 || self.tol.is_nan() || self.tol < 0.0 {
+            return Err(AggregateError::Config {
+                method: self.name(),
+                reason: "max_iter must be >= 1 and tol >= 0".into(),
+            });
+        }
+        let votes = Votes::new(j);
+        let (k_all, c) = (votes.n_judges, votes.n_classes);
+        let adj = covariance(&votes);
+        // Trim F = floor(s / 2) - 1 values per side, s the fewest partners any judge has.
+        let partners = adj.iter().map(Vec::len).min().unwrap_or(0);
+        let f = (partners / 2).saturating_sub(1);
+        let n_tasks = votes.n_judged().max(1) as f64;
+        let (mut u, mut v) = (vec![1.0; k_all], vec![1.0; k_all]);
+        let mut buf = Vec::new();
+        let (mut iterations, mut converged) = (0, false);
+        // X = |C| is symmetric, so column j's entries are row j's.
+        let fit = |w: &mut [f64], other: &[f64], buf: &mut Vec<f64>| {
+            for (i, row) in adj.iter().enumerate() {
+                buf.clear();
+                // A partner whose factor is 0 says nothing about this one (x / 0).
+                buf.extend(
+                    row.iter().filter(|&&(j, _)| other[j as usize] != 0.0).map(|&(j, x)| x.abs() / other[j as usize]),
+                );
+                if let Some(m) = trimmed_mean(buf, f, w[i]) {
+                    w[i] = if buf.len() == 1 && m == 0.0 { 1.0 / n_tasks.sqrt() } else { m };
+                }
+            }
+        };
+        while iterations < self.max_iter {
+            iterations += 1;
+            let (u_prev, v_prev) = (u.clone(), v.clone());
+            fit(&mut v, &u, &mut buf);
+            fit(&mut u, &v, &mut buf);
+            // ||u v' - u0 v0'||_F^2 expanded, so no K x K product is formed.
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+            let change2 = dot(&u, &u) * dot(&v, &v) - 2.0 * dot(&u, &u_prev) * dot(&v, &v_prev)
+                + dot(&u_prev, &u_prev) * dot(&v_prev, &v_prev);
+            if !change2.is_finite() {
+                break;
+            }
+            if change2.max(0.0).sqrt() < self.tol {
+                converged = true;
+                break;
+            }
+        }
+        let norm = |w: &[f64]| w.iter().map(|a| a * a).sum::<f64>().sqrt();
+        let scale = (norm(&u) / norm(&v)).sqrt();
+        let s = signs(&adj);
+        let cf = c as f64;
+        let estimated: Vec<Option<f64>> = (0..k_all)
+            .map(|i| {
+                if adj[i].is_empty() || !(u[i] / scale).is_finite() {
+                    return None;
+                }
+                let x =
+                    (s[i] * u[i] / scale).min(1.0 - 1.0 / n_tasks.sqrt()).max(-1.0 / (cf - 1.0) + 1.0 / n_tasks.sqrt());
+                let p = x * (cf - 1.0) / cf + 1.0 / cf;
+                Some((p * (cf - 1.0) / (1.0 - p)).ln())
+            })
+            .collect();
+        // A judge who shares no example with another has no covariance to fit: it gets
+        // the median of the others' skills, or 1 (P(correct) = e / (e + C - 1)) when no
+        // judge has one, so a lone judge still decides its examples.
+        let mut known: Vec<f64> = estimated.iter().flatten().copied().collect();
+        known.sort_by(f64::total_cmp);
+        let fallback = if known.is_empty() { 1.0 } else { known[known.len() / 2] };
+        let present = votes.votes_per_judge();
+        let skills: Vec<Option<f64>> =
+            estimated.iter().zip(&present).map(|(e, &n)| (n > 0.0).then(|| e.unwrap_or(fallback))).collect();
+        let weights: Vec<f64> = skills.iter().map(|s| s.unwrap_or(0.0)).collect();
+        // The one-coin posterior: a softmax of the log-odds-weighted votes.
+        let mut t = votes.weighted_sums(&weights);
+        t.chunks_exact_mut(c).for_each(|row| {
+            softmax_in_place(row);
+        });
+        let report = SkillReport::new("log-odds weight ln(p (C-1) / (1 - p))", skills, iterations, converged, None);
+        finish_votes(self.name(), &votes, &t, self.ties, report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Diagnostics;
+    use crate::testutil::binary;
+
+    #[test]
+    fn trimming_keeps_the_middle() {
+        assert_eq!(trimmed_mean(&mut [5.0, 1.0, 3.0, 100.0, -50.0], 1, 3.0), Some(3.0));
+        assert_eq!(trimmed_mean(&mut [1.0, 2.0], 0, 0.0), Some(1.5));
+        assert_eq!(trimmed_mean(&mut [], 0, 0.0), None);
+    }
+
+    #[test]
+    fn the_better_judges_weigh_more_and_an_adversary_is_negative() {
+        // Truth alternates; j0 errs on 1 in 10, j1 and j2 on 2 in 10, j3 on 8 in 10.
+        let rows: Vec<Vec<Option<f64>>> = (0..200)
+            .map(|n| {
+                let y = n % 2 == 0;
+                let p = |wrong: bool| Some(if y != wrong { 0.9 } else { 0.1 });
+                vec![p(n % 10 == 1), p(n % 10 < 2 && n % 10 != 1 || n % 10 == 3), p(n % 10 >= 8), p(n % 10 < 8)]
+            })
+            .collect();
+        let refs: Vec<&[Option<f64>]> = rows.iter().map(|r| r.as_slice()).collect();
+        let a = Mmsr::new(TieBreak::Positive).aggregate(&binary(&refs)).unwrap();
+        let Diagnostics::Skills(r) = a.diagnostics() else { panic!() };
+        let s: Vec<f64> = r.skills.iter().map(|s| s.unwrap()).collect();
+        assert!(s[0] > s[1] && s[1] > 0.0 && s[2] > 0.0 && s[3] < 0.0, "{s:?}");
+        // Where j2 errs with the adversary's right answers (n % 10 >= 8), a one-coin
+        // vote cannot win; everywhere else it does.
+        for (n, &l) in a.labels().iter().enumerate() {
+            assert_eq!(l == usize::from(n % 2 == 0), n % 10 < 8, "example {n}");
+        }
+    }
+}
