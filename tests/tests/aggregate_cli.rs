@@ -162,7 +162,9 @@ fn bad_inputs_fail_with_file_and_row() {
 
     let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,wisdom"]);
     assert!(
-        e.contains("invalid value 'wisdom' for '--methods <METHODS>'; [possible values: avg, mv, ds, train-on-mv,"),
+        e.contains(
+            "invalid value 'wisdom' for '--methods <METHODS>'; [possible values: avg, mv, ds, wawa, zbs, onecoin, glad,"
+        ),
         "{e}"
     );
 

@@ -31,6 +31,10 @@ impl Glad {
 /// A Newton step never moves a parameter by more than this (the objective is not
 /// concave in beta).
 const MAX_STEP: f64 = 1.0;
+/// An M-step ends when no parameter moves more than this in a sweep (EM needs an
+/// improvement, not the maximum; crowd-kit's conjugate gradient stops at a gradient
+/// norm of 1e-2).
+const M_STEP_TOL: f64 = 1e-4;
 
 struct Model<'a> {
     votes: &'a Votes,
@@ -50,7 +54,9 @@ impl Model<'_> {
             let x = self.beta[p].exp();
             for &(k, v) in self.votes.pattern(p) {
                 let ax = self.alpha[k as usize] * x;
-                let (right, wrong) = (-softplus(-ax), -softplus(ax) - self.log_other);
+                // ln(1 - sigma(ax)) = ln sigma(ax) - ax.
+                let right = -softplus(-ax);
+                let wrong = right - ax - self.log_other;
                 for (class, l) in row.iter_mut().enumerate() {
                     *l += if class == v as usize { right } else { wrong };
                 }
@@ -68,7 +74,8 @@ impl Model<'_> {
         for &(k, v) in self.votes.pattern(p) {
             let ax = self.alpha[k as usize] * x;
             let tv = t[p * c + v as usize];
-            q += -tv * softplus(-ax) + (1.0 - tv) * (-softplus(ax) - self.log_other);
+            let right = -softplus(-ax);
+            q += tv * right + (1.0 - tv) * (right - ax - self.log_other);
         }
         q
     }
@@ -112,11 +119,16 @@ impl Model<'_> {
                 g += r * a * x;
                 h += r * a * x - a * a * x * x * s * (1.0 - s);
             }
+            let newton = h < 0.0 && (g / h).abs() < MAX_STEP;
             let mut step = if h < 0.0 { -g / h } else { g.signum() * MAX_STEP };
             step = step.clamp(-MAX_STEP, MAX_STEP);
-            let before = self.pattern_q(p, beta, t);
-            while step.abs() > 1e-12 && self.pattern_q(p, beta + step, t) < before {
-                step *= 0.5;
+            // A Newton step where the term is locally concave is taken as is; elsewhere
+            // the step halves until the term does not decrease.
+            if !newton {
+                let before = self.pattern_q(p, beta, t);
+                while step.abs() > 1e-12 && self.pattern_q(p, beta + step, t) < before {
+                    step *= 0.5;
+                }
             }
             if step.abs() > 1e-12 {
                 self.beta[p] = beta + step;
@@ -155,7 +167,7 @@ impl Aggregator for Glad {
         while iterations < self.max_iter {
             iterations += 1;
             for _ in 0..self.m_step_max_iter {
-                if m.sweep(&t) < 1e-6 {
+                if m.sweep(&t) < M_STEP_TOL {
                     break;
                 }
             }

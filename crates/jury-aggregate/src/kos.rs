@@ -4,7 +4,8 @@
 //! answer is the sign of the judges' reliability-weighted votes (crowd-kit's KOS).
 //!
 //! Messages are rescaled every iteration (the signs, which are all KOS reads, do not
-//! change), so no early exit on overflow is needed. Examples with the same votes send
+//! change), so no early exit on overflow is needed. The x messages are not rescaled on
+//! their own: scaling them scales every y alike, which the y rescaling absorbs. Examples with the same votes send
 //! the same messages, so they run over patterns; every judge-to-example message starts
 //! at 1 (crowd-kit draws them from N(1, 1)).
 
@@ -52,31 +53,33 @@ impl Aggregator for Kos {
             return Err(AggregateError::Config { method: self.name(), reason: "n_iter must be >= 1".into() });
         }
         let votes = Votes::new(j);
-        let sign = |v: u32| if v == 1 { 1.0 } else { -1.0 };
-        // One message per (pattern, judge) pair in pattern order, each direction.
-        let edges: Vec<(usize, usize, f64)> = (0..votes.n_patterns())
-            .flat_map(|p| votes.pattern(p).iter().map(move |&(k, v)| (p, k as usize, v)))
-            .map(|(p, k, v)| (p, k, sign(v)))
+        let n_patterns = votes.n_patterns();
+        // One message per (pattern, judge) pair in pattern order: the judge's message to
+        // the example, y. The example's message back, x = (sum over the example's judges
+        // of a * y) - a * y, is computed where it is read, never stored.
+        let edges: Vec<(u32, u32, f32)> = (0..n_patterns)
+            .flat_map(|p| votes.pattern(p).iter().map(move |&(k, v)| (p as u32, k, if v == 1 { 1.0 } else { -1.0 })))
             .collect();
         let mut to_example = vec![1.0; edges.len()];
-        let mut to_judge = vec![0.0; edges.len()];
-        let mut example_sum = vec![0.0; votes.n_patterns()];
+        let mut example_sum = vec![0.0; n_patterns];
         let mut judge_sum = vec![0.0; votes.n_judges];
-        for _ in 0..self.n_iter {
+        let sums = |example_sum: &mut [f64], to_example: &[f64]| {
             example_sum.fill(0.0);
-            for (&(p, _, a), y) in edges.iter().zip(&to_example) {
-                example_sum[p] += a * y;
+            for (&(p, _, a), y) in edges.iter().zip(to_example) {
+                example_sum[p as usize] += f64::from(a) * y;
             }
-            for (x, (&(p, _, a), y)) in to_judge.iter_mut().zip(edges.iter().zip(&to_example)) {
-                *x = example_sum[p] - a * y;
-            }
-            rescale(&mut to_judge);
+        };
+        for _ in 0..self.n_iter {
+            sums(&mut example_sum, &to_example);
             judge_sum.fill(0.0);
-            for (&(p, k, a), x) in edges.iter().zip(&to_judge) {
-                judge_sum[k] += votes.counts[p] * a * x;
+            for (&(p, k, a), y) in edges.iter().zip(&to_example) {
+                let a = f64::from(a);
+                judge_sum[k as usize] += votes.counts[p as usize] * a * (example_sum[p as usize] - a * y);
             }
-            for (y, (&(_, k, a), x)) in to_example.iter_mut().zip(edges.iter().zip(&to_judge)) {
-                *y = judge_sum[k] - a * x;
+            for (y, &(p, k, a)) in to_example.iter_mut().zip(&edges) {
+                let a = f64::from(a);
+                let x = example_sum[p as usize] - a * *y;
+                *y = judge_sum[k as usize] - a * x;
             }
             rescale(&mut to_example);
         }
@@ -85,11 +88,8 @@ impl Aggregator for Kos {
         if to_example.iter().all(|&y| y == 0.0) {
             to_example.fill(1.0);
         }
-        let mut t = vec![0.5; votes.n_patterns() * 2];
-        example_sum.fill(0.0);
-        for (&(p, _, a), y) in edges.iter().zip(&to_example) {
-            example_sum[p] += a * y;
-        }
+        let mut t = vec![0.5; n_patterns * 2];
+        sums(&mut example_sum, &to_example);
         // Sums within rounding of 0 are ties.
         let scale = example_sum.iter().fold(0.0, |m: f64, s| m.max(s.abs()));
         for (p, &s) in example_sum.iter().enumerate() {
@@ -102,8 +102,8 @@ impl Aggregator for Kos {
         let mut total = vec![0.0; votes.n_judges];
         let mut count = vec![0.0; votes.n_judges];
         for (&(p, k, _), y) in edges.iter().zip(&to_example) {
-            total[k] += votes.counts[p] * y;
-            count[k] += votes.counts[p];
+            total[k as usize] += votes.counts[p as usize] * y;
+            count[k as usize] += votes.counts[p as usize];
         }
         let mut mean: Vec<f64> = total.iter().zip(&count).map(|(t, n)| if *n > 0.0 { t / n } else { 0.0 }).collect();
         rescale(&mut mean);

@@ -1,8 +1,8 @@
 //! MACE (Hovy et al., NAACL 2013, "Learning Whom to Trust with MACE"): each judge either
 //! knows the answer and votes it, or spams, voting from its own label distribution
 //! theta; P(knowing) per judge is the skill. Fit by variational Bayes with Beta(0.5, 0.5)
-//! on spamming and Dirichlet(10) on theta, from `restarts` random starts, keeping the
-//! one with the highest marginal likelihood (crowd-kit's MACE, method "vb").
+//! on spamming and Dirichlet(10) on theta, from `restarts` random starts, going on with
+//! the one with the highest marginal likelihood (crowd-kit's MACE, method "vb").
 
 use jury_core::Judgments;
 use rand::{Rng, SeedableRng};
@@ -32,6 +32,8 @@ impl Mace {
 /// Beta prior on (spamming, knowing) and the Dirichlet prior on each theta entry.
 const SPAM_PRIOR: [f64; 2] = [0.5, 0.5];
 const THETA_PRIOR: f64 = 10.0;
+/// Iterations every random start runs before the best one goes on.
+const SCREEN_ITERATIONS: usize = 5;
 
 #[derive(Clone)]
 struct Params {
@@ -53,6 +55,20 @@ struct Expected {
 fn e_step(votes: &Votes, params: &Params) -> Expected {
     let c = votes.n_classes;
     let k_all = votes.n_judges;
+    // Per (judge, vote): ln P(vote | true class = vote), ln P(vote | another class), and
+    // P(spammed | vote = true class) = random / (random + knowing).
+    let mut log_same = vec![0.0; k_all * c];
+    let mut log_other = vec![0.0; k_all * c];
+    let mut spam_if_same = vec![0.0; k_all * c];
+    for k in 0..k_all {
+        let [s, n] = params.spam[k];
+        for v in 0..c {
+            let random = s * params.theta[k * c + v];
+            log_same[k * c + v] = (random + n).ln();
+            log_other[k * c + v] = random.ln();
+            spam_if_same[k * c + v] = random / (random + n);
+        }
+    }
     let mut t = vec![0.0; votes.n_patterns() * c];
     let mut log_marginal = 0.0;
     let mut spam_counts = vec![[0.0; 2]; k_all];
@@ -60,31 +76,28 @@ fn e_step(votes: &Votes, params: &Params) -> Expected {
     let log_c = (c as f64).ln();
     for (p, row) in t.chunks_exact_mut(c).enumerate() {
         let pat = votes.pattern(p);
-        for &(k, v) in pat {
-            let k = k as usize;
-            let [s, n] = params.spam[k];
-            let random = s * params.theta[k * c + v as usize];
-            for (class, l) in row.iter_mut().enumerate() {
-                *l += if class == v as usize { random + n } else { random }.ln();
-            }
-        }
         if pat.is_empty() {
             row.fill(1.0 / c as f64);
             continue;
         }
+        for &(k, v) in pat {
+            let at = k as usize * c + v as usize;
+            let (same, other) = (log_same[at], log_other[at]);
+            for (class, l) in row.iter_mut().enumerate() {
+                *l += if class == v as usize { same } else { other };
+            }
+        }
         log_marginal += votes.counts[p] * (softmax_in_place(row) - log_c);
         let w = votes.counts[p];
         for &(k, v) in pat {
-            let k = k as usize;
-            let [s, n] = params.spam[k];
-            let random = s * params.theta[k * c + v as usize];
+            let at = k as usize * c + v as usize;
             let tv = row[v as usize];
             // P(spamming | votes): the true class is another one (then it surely spammed),
             // or it is the vote and the judge spammed rather than knew.
-            let spammed = (1.0 - tv) + tv * random / (random + n);
-            spam_counts[k][0] += w * spammed;
-            spam_counts[k][1] += w * (1.0 - spammed);
-            theta_counts[k * c + v as usize] += w * spammed;
+            let spammed = (1.0 - tv) + tv * spam_if_same[at];
+            spam_counts[k as usize][0] += w * spammed;
+            spam_counts[k as usize][1] += w * (1.0 - spammed);
+            theta_counts[at] += w * spammed;
         }
     }
     Expected { t, log_marginal, spam_counts, theta_counts }
@@ -142,20 +155,28 @@ impl Aggregator for Mace {
         let votes = Votes::new(j);
         let c = votes.n_classes;
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        let mut best: Option<(f64, Params)> = None;
-        for _ in 0..self.restarts {
-            let mut params = start(&mut rng, votes.n_judges, c);
+        // Every start runs a few iterations; the best one by marginal likelihood runs on
+        // to n_iter. (crowd-kit runs every restart to the end, but draws every start
+        // from the same random_state, so its restarts are one start repeated.)
+        let screen = self.n_iter.min(SCREEN_ITERATIONS);
+        let run = |mut params: Params, iterations: usize| {
             let mut e = e_step(&votes, &params);
-            for _ in 0..self.n_iter {
+            for _ in 0..iterations {
                 params = m_step(&e, c);
                 e = e_step(&votes, &params);
             }
-            if best.as_ref().is_none_or(|(ll, _)| e.log_marginal > *ll) {
-                best = Some((e.log_marginal, params));
+            (params, e)
+        };
+        let mut best: Option<(Params, Expected)> = None;
+        for _ in 0..self.restarts {
+            let (params, e) = run(start(&mut rng, votes.n_judges, c), screen);
+            if best.as_ref().is_none_or(|(_, b)| e.log_marginal > b.log_marginal) {
+                best = Some((params, e));
             }
         }
-        let Some((log_marginal, params)) = best else { unreachable!("restarts >= 1") };
-        let e = e_step(&votes, &params);
+        let Some((params, _)) = best else { unreachable!("restarts >= 1") };
+        let (params, e) = run(params, self.n_iter - screen);
+        let log_marginal = e.log_marginal;
         let present = votes.votes_per_judge();
         let skills = params.spam.iter().zip(&present).map(|(s, &n)| (n > 0.0).then(|| s[1] / (s[0] + s[1]))).collect();
         let per_vote = log_marginal / present.iter().sum::<f64>().max(1.0);

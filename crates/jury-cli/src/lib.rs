@@ -157,7 +157,8 @@ mod tests {
         assert!(line.starts_with("invalid value 'x' for '--methods <METHODS>'"), "{line}");
         assert!(
             line.contains(
-                "[possible values: avg, mv, ds, train-on-mv, crowdlayer, skillagg-noreg, skillagg, skillagg-x]"
+                "[possible values: avg, mv, ds, wawa, zbs, onecoin, glad, mace, mmsr, kos, train-on-mv, crowdlayer, \
+                 skillagg-noreg, skillagg, skillagg-x]"
             ),
             "{line}"
         );
