@@ -1,6 +1,7 @@
-"""Aggregation at scale (run through scripts/bench-aggregate-scale): writes the two
+"""Aggregation at scale (run through scripts/bench-aggregate-scale): writes the three
 judgments files, runs `jury aggregate --methods avg,mv,ds` on each and prints wall time
-and peak resident memory."""
+and peak resident memory (median of three runs); then each of the other label-free
+methods alone on the dense and the sparse file (one run each)."""
 import os, random, shutil, subprocess, sys, tempfile
 
 jury = sys.argv[1]
@@ -43,10 +44,13 @@ def long_line(path, size=128_000_000):
         f.write("e2,a,0.1\n")
 
 
-def run(path, out):
+SUITE = ["wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]
+
+
+def run(path, out, methods="avg,mv,ds"):
     """Wall seconds and peak resident MB of one `jury aggregate` (GNU time)."""
     r = subprocess.run(["/usr/bin/time", "-f", "%e %M", jury, "aggregate", "--judgments", path,
-                        "--methods", "avg,mv,ds", "--out", out],
+                        "--methods", methods, "--out", out],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         shutil.rmtree(work)
@@ -71,5 +75,13 @@ for name, file, make in [("1,000,000 x 20, 30% missing", "dense.csv", dense),
     rows.append((name, os.path.getsize(path) / 1e6, secs, peak))
 print(f"{'judgments file':<44} {'MB':>7} {'seconds':>8} {'peak MB':>8}")
 for name, mb, secs, peak in rows:
-    print(f"{name:<44} {mb:>7.0f} {secs:>8.1f} {peak:>8.0f}")
+    print(f"{name:<44} {mb:>7.0f} {secs:>8.1f} {peak:>8.0f}", flush=True)
+print(f"\n{'method':<10} {'dense s':>8} {'dense peak MB':>14} {'sparse s':>9} {'sparse peak MB':>15}")
+for method in SUITE:
+    cells = []
+    for file in ["dense.csv", "sparse.csv"]:
+        out = os.path.join(work, f"out-{method}-{file}")
+        cells.extend(run(os.path.join(work, file), out, method))
+        shutil.rmtree(out)
+    print(f"{method:<10} {cells[0]:>8.1f} {cells[1]:>14.0f} {cells[2]:>9.1f} {cells[3]:>15.0f}", flush=True)
 shutil.rmtree(work)
