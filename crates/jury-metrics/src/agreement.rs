@@ -1,7 +1,7 @@
 //! What a report shows beside accuracy: an interval around a share, agreement between
-//! two judges beyond chance, and a reliability diagram's bins.
+//! two judges and within the whole jury beyond chance, and a reliability diagram's bins.
 
-use jury_core::{Labels, Posteriors};
+use jury_core::{Judgments, Labels, Posteriors, argmax};
 
 /// The Wilson score interval of `hits` out of `n` at normal quantile `z` (1.96 for 95%);
 /// `None` for no trials.
@@ -54,6 +54,57 @@ pub fn cohen_kappa_table(table: &[usize], n_classes: usize) -> Option<f64> {
     (chance < 1.0).then(|| (agree as f64 / n - chance) / (1.0 - chance))
 }
 
+/// How much the whole jury agrees beyond chance, on hard votes (argmax), label-free.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JuryAgreement {
+    /// Fleiss' kappa, generalised to a varying number of votes per example: each
+    /// example with at least two votes weighs equally in the observed agreement, chance
+    /// from the classes' shares of all those votes. `None` without such an example or
+    /// when every vote is one class.
+    pub fleiss_kappa: Option<f64>,
+    /// Krippendorff's alpha, nominal: 1 - (n - 1) * disagreeing pairable values /
+    /// expected ones, over examples with at least two votes (missing votes are simply
+    /// absent). `None` when no disagreement is expected (one class only, or no pairs).
+    pub krippendorff_alpha: Option<f64>,
+}
+
+/// [`JuryAgreement`] of a judgments matrix.
+pub fn jury_agreement(j: &Judgments) -> JuryAgreement {
+    let c = j.n_classes();
+    let mut counts = vec![0.0; c];
+    // Fleiss: summed per-example agreement and the class totals of the votes counted.
+    let (mut agreement, mut items) = (0.0, 0.0);
+    let mut class_votes = vec![0.0; c];
+    // Krippendorff: the coincidence matrix's diagonal (agreeing pairs) and margins.
+    let mut agreeing = 0.0;
+    for n in 0..j.n_examples() {
+        counts.fill(0.0);
+        for (_, p) in j.row(n) {
+            counts[argmax(p)] += 1.0;
+        }
+        let m: f64 = counts.iter().sum();
+        if m < 2.0 {
+            continue;
+        }
+        let same_pairs: f64 = counts.iter().map(|x| x * (x - 1.0)).sum();
+        agreement += same_pairs / (m * (m - 1.0));
+        items += 1.0;
+        agreeing += same_pairs / (m - 1.0);
+        class_votes.iter_mut().zip(&counts).for_each(|(t, x)| *t += x);
+    }
+    let total: f64 = class_votes.iter().sum();
+    if items == 0.0 {
+        return JuryAgreement { fleiss_kappa: None, krippendorff_alpha: None };
+    }
+    let chance: f64 = class_votes.iter().map(|x| (x / total).powi(2)).sum();
+    let fleiss_kappa = (chance < 1.0).then(|| (agreement / items - chance) / (1.0 - chance));
+    // Off-diagonal observed = total - diagonal; expected off-diagonal = (total^2 -
+    // sum of squared margins) / (total - 1).
+    let expected = (total * total - class_votes.iter().map(|x| x * x).sum::<f64>()) / (total - 1.0);
+    let krippendorff_alpha = (expected > 0.0).then(|| 1.0 - (total - agreeing) / expected);
+    JuryAgreement { fleiss_kappa, krippendorff_alpha }
+}
+
 /// One bin of a reliability diagram.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReliabilityBin {
@@ -97,6 +148,69 @@ mod tests {
 
     /// Golden values: Wilson 95% for 8 of 10 is (0.4902, 0.9433) (Wilson 1927; as
     /// statsmodels' proportion_confint(method="wilson")); kappa from a 2x2 table.
+    #[test]
+    fn golden_fleiss_kappa_and_krippendorff_alpha() {
+        // Fleiss' kappa: the 10 x 5 table of Fleiss (1971) as on Wikipedia, 14 raters;
+        // statsmodels' fleiss_kappa gives 0.20993070442195522.
+        let table: [[usize; 5]; 10] = [
+            [0, 0, 0, 0, 14],
+            [0, 2, 6, 4, 2],
+            [0, 0, 3, 5, 6],
+            [0, 3, 9, 2, 0],
+            [2, 2, 8, 1, 1],
+            [7, 7, 0, 0, 0],
+            [3, 2, 6, 3, 0],
+            [2, 5, 3, 2, 2],
+            [6, 5, 2, 1, 0],
+            [0, 2, 2, 3, 7],
+        ];
+        let mut b = jury_core::JudgmentsBuilder::new(5).unwrap();
+        for (n, row) in table.iter().enumerate() {
+            let votes = row.iter().enumerate().flat_map(|(class, &k)| std::iter::repeat_n(class, k));
+            for (rater, class) in votes.enumerate() {
+                let mut p = vec![0.0; 5];
+                p[class] = 1.0;
+                b.push(&format!("s{n}"), &format!("r{rater}"), Some(p)).unwrap();
+            }
+        }
+        let a = jury_agreement(&b.build());
+        assert!((a.fleiss_kappa.unwrap() - 0.209_930_704_421_955_22).abs() < 1e-12, "{a:?}");
+        // Krippendorff (2011), "Computing Krippendorff's alpha-reliability": 4 coders, 12
+        // units, values 1-5 with gaps; the `krippendorff` package (nominal) gives
+        // 0.743421052631579.
+        let coders: [[u8; 12]; 4] = [
+            [1, 2, 3, 3, 2, 1, 4, 1, 2, 0, 0, 0],
+            [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, 0, 3],
+            [0, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, 0],
+            [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, 0],
+        ];
+        let mut b = jury_core::JudgmentsBuilder::new(5).unwrap();
+        for unit in 0..12 {
+            for (k, coder) in coders.iter().enumerate() {
+                let probs = (coder[unit] > 0).then(|| {
+                    let mut p = vec![0.0; 5];
+                    p[usize::from(coder[unit]) - 1] = 1.0;
+                    p
+                });
+                b.push(&format!("u{unit}"), &format!("c{k}"), probs).unwrap();
+            }
+        }
+        let a = jury_agreement(&b.build());
+        assert!((a.krippendorff_alpha.unwrap() - 0.743_421_052_631_579).abs() < 1e-12, "{a:?}");
+    }
+
+    #[test]
+    fn one_class_only_has_no_agreement_beyond_chance() {
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        for n in 0..5 {
+            for k in 0..3 {
+                b.push_binary(&format!("e{n}"), &format!("j{k}"), Some(0.9)).unwrap();
+            }
+        }
+        let a = jury_agreement(&b.build());
+        assert_eq!((a.fleiss_kappa, a.krippendorff_alpha), (None, None));
+    }
+
     #[test]
     fn golden_interval_and_kappa() {
         let (lo, hi) = wilson_interval(8, 10, 1.959963984540054).unwrap();

@@ -7,7 +7,9 @@ mod agreement;
 mod protocol;
 mod ranking;
 
-pub use agreement::{ReliabilityBin, cohen_kappa, cohen_kappa_table, reliability_bins, wilson_interval};
+pub use agreement::{
+    JuryAgreement, ReliabilityBin, cohen_kappa, cohen_kappa_table, jury_agreement, reliability_bins, wilson_interval,
+};
 pub use protocol::{Split, accuracy_on, labeled};
 pub use ranking::{average_precision_at_k, rank_biased_overlap, spearman};
 

@@ -128,6 +128,7 @@ mod tests {
         // Method and judge numbers are metrics.json's, to four decimals.
         let m: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("metrics.json")).unwrap()).unwrap();
+        assert!(html.contains("Krippendorff&#x27;s alpha") || html.contains("Krippendorff's alpha"), "no alpha");
         for method in ["avg", "mv", "ds"] {
             let acc = m["methods"][method]["accuracy"].as_f64().unwrap();
             assert!(html.contains(&format!("<td>{method}</td><td>{acc:.4}</td>")), "{method} {acc}");

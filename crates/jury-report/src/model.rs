@@ -43,8 +43,17 @@ pub(crate) struct MetricsFile {
     pub(crate) n_judges: usize,
     pub(crate) n_classes: usize,
     pub(crate) n_labeled: Option<usize>,
+    /// Absent in files written before the jury's agreement was measured.
+    #[serde(default)]
+    pub(crate) agreement: Option<AgreementEntry>,
     pub(crate) judges: Ordered<JudgeEntry>,
     pub(crate) methods: Ordered<MethodEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct AgreementEntry {
+    pub(crate) fleiss_kappa: Option<f64>,
+    pub(crate) krippendorff_alpha: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -285,8 +294,13 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         ("classes".to_owned(), metrics.n_classes.to_string()),
         ("labeled".to_owned(), metrics.n_labeled.map_or("none".to_owned(), |n| n.to_string())),
         ("methods".to_owned(), metrics.methods.0.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>().join(", ")),
-        ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
     ];
+    if let Some(a) = &metrics.agreement {
+        let show = |x: Option<f64>| x.map_or("n/a (one class or no shared example)".to_owned(), |x| format!("{x:.3}"));
+        facts.push(("Fleiss' kappa".to_owned(), show(a.fleiss_kappa)));
+        facts.push(("Krippendorff's alpha".to_owned(), show(a.krippendorff_alpha)));
+    }
+    facts.extend([("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned())]);
     if let Some(d) = &manifest.dataset {
         facts.insert(0, ("data set".to_owned(), d.name.clone()));
     }

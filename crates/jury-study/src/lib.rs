@@ -16,8 +16,8 @@ use std::path::PathBuf;
 
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
 pub use report::{
-    Chosen, ContextFreeMetrics, DiagnosticMetrics, JudgeMetrics, MethodMetrics, Metrics, Named, NeuralMetrics,
-    OutputLayout, OverSeeds,
+    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, JudgeMetrics, MethodMetrics, Metrics, Named,
+    NeuralMetrics, OutputLayout, OverSeeds,
 };
 pub use study::{MethodRun, NeuralStudy, Study, run};
 

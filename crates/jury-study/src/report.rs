@@ -47,6 +47,8 @@ pub struct Metrics<'a> {
     pub n_judges: usize,
     pub n_classes: usize,
     pub n_labeled: Option<usize>,
+    /// How much the whole jury agrees beyond chance (hard votes, label-free).
+    pub agreement: AgreementMetrics,
     pub judges: Named<'a, JudgeMetrics>,
     pub methods: Named<'a, MethodMetrics<'a>>,
     /// The context-dependent methods' seeds and each one's dev set by example id.
@@ -54,6 +56,12 @@ pub struct Metrics<'a> {
     pub seeds: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dev_sets: Option<Vec<Vec<&'a str>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgreementMetrics {
+    pub fleiss_kappa: Option<f64>,
+    pub krippendorff_alpha: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -262,6 +270,10 @@ impl<'a> Study<'a> {
             n_judges: j.n_judges(),
             n_classes: j.n_classes(),
             n_labeled: labels.map(Labels::n_labeled),
+            agreement: {
+                let a = jury_metrics::jury_agreement(j);
+                AgreementMetrics { fleiss_kappa: a.fleiss_kappa, krippendorff_alpha: a.krippendorff_alpha }
+            },
             judges: Named(judges),
             methods: Named(methods),
             seeds,
