@@ -10,7 +10,7 @@ use jury_core::Judgments;
 
 use crate::special::{sigmoid, softmax_in_place, softplus};
 use crate::votes::Votes;
-use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, finish_votes};
+use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, check_fit, finish_votes};
 
 /// Settings of GLAD: up to `max_iter` EM iterations, stopping when the objective per
 /// vote gains less than `tol`; each M-step runs up to `m_step_max_iter` Newton sweeps.
@@ -145,14 +145,9 @@ impl Aggregator for Glad {
     }
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
-        if j.n_examples() == 0 {
-            return Err(AggregateError::Empty { method: self.name() });
-        }
-        if self.max_iter == 0 || self.m_step_max_iter == 0 || self.tol.is_nan() || self.tol < 0.0 {
-            return Err(AggregateError::Config {
-                method: self.name(),
-                reason: "max_iter and m_step_max_iter must be >= 1 and tol >= 0".into(),
-            });
+        check_fit(self.name(), j, self.max_iter, self.tol)?;
+        if self.m_step_max_iter == 0 {
+            return Err(AggregateError::Config { method: self.name(), reason: "m_step_max_iter must be >= 1".into() });
         }
         let votes = Votes::new(j);
         let n_votes = votes.votes_per_judge().iter().sum::<f64>().max(1.0);

@@ -157,6 +157,21 @@ fn normalize_or_uniform(row: &mut [f64], count: usize) -> bool {
     count > 0
 }
 
+/// The checks every iterative method makes before it fits: some examples, at least one
+/// iteration, a tolerance of 0 or more.
+fn check_fit(method: &'static str, j: &Judgments, max_iter: usize, tol: f64) -> Result<(), AggregateError> {
+    if j.n_examples() == 0 {
+        return Err(AggregateError::Empty { method });
+    }
+    if max_iter == 0 || tol.is_nan() || tol < 0.0 {
+        return Err(AggregateError::Config {
+            method,
+            reason: format!("max_iter must be >= 1 and tol >= 0 (got {max_iter} and {tol})"),
+        });
+    }
+    Ok(())
+}
+
 /// Expands per-pattern posteriors to examples, labels them by `ties` and completes the
 /// report's tie and unjudged counts.
 fn finish_votes(

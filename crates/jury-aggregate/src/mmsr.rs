@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::special::softmax_in_place;
 use crate::votes::Votes;
-use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, finish_votes};
+use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, check_fit, finish_votes};
 
 /// Settings of M-MSR.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,15 +127,7 @@ impl Aggregator for Mmsr {
     }
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
-        if j.n_examples() == 0 {
-            return Err(AggregateError::Empty { method: self.name() });
-        }
-        if self.max_iter == 0 || self.tol.is_nan() || self.tol < 0.0 {
-            return Err(AggregateError::Config {
-                method: self.name(),
-                reason: "max_iter must be >= 1 and tol >= 0".into(),
-            });
-        }
+        check_fit(self.name(), j, self.max_iter, self.tol)?;
         let votes = Votes::new(j);
         let (k_all, c) = (votes.n_judges, votes.n_classes);
         let adj = covariance(&votes);

@@ -6,7 +6,7 @@
 use jury_core::Judgments;
 
 use crate::votes::Votes;
-use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, finish_votes};
+use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, check_fit, finish_votes};
 
 /// Probabilities are kept in [EPS, 1 - EPS] so that a perfect judge's log is finite.
 const EPS: f64 = 1e-10;
@@ -32,15 +32,7 @@ impl Aggregator for OneCoinDawidSkene {
     }
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
-        if j.n_examples() == 0 {
-            return Err(AggregateError::Empty { method: self.name() });
-        }
-        if self.max_iter == 0 || self.tol.is_nan() || self.tol < 0.0 {
-            return Err(AggregateError::Config {
-                method: self.name(),
-                reason: format!("max_iter must be >= 1 and tol >= 0 (got {} and {})", self.max_iter, self.tol),
-            });
-        }
+        check_fit(self.name(), j, self.max_iter, self.tol)?;
         let votes = Votes::new(j);
         let per_judge = votes.votes_per_judge();
         let n_votes: f64 = per_judge.iter().sum::<f64>().max(1.0);
