@@ -83,6 +83,11 @@ pub(crate) struct MethodEntry {
     pub(crate) slopes: Option<Ordered<f64>>,
     #[serde(default)]
     pub(crate) slope_accuracy_pcc: Option<f64>,
+    /// One skill per judge (the crowd-sourcing methods) and what it measures.
+    #[serde(default)]
+    pub(crate) skills: Option<Ordered<Option<f64>>>,
+    #[serde(default)]
+    pub(crate) skill: Option<String>,
     /// Per-seed accuracies (context-dependent methods only).
     #[serde(default)]
     pub(crate) seeds: Option<Vec<f64>>,
@@ -198,6 +203,8 @@ pub(crate) struct ConfusionRow {
 #[derive(Debug, Serialize)]
 pub(crate) struct SlopePlot {
     pub(crate) method: String,
+    /// What the vertical axis is: a learned slope, or the method's own skill.
+    pub(crate) what: String,
     pub(crate) svg: String,
     pub(crate) pcc: Option<String>,
 }
@@ -571,19 +578,29 @@ fn confusion_rows(metrics: &MetricsFile, shown: &HashSet<&str>) -> Vec<Confusion
 fn slope_plots(metrics: &MetricsFile, entries: &HashMap<&str, &JudgeEntry>) -> Result<Vec<SlopePlot>, ReportError> {
     let mut out = Vec::new();
     for (name, m) in &metrics.methods.0 {
-        let Some(slopes) = &m.slopes else { continue };
-        let points: Vec<(f64, f64)> = slopes
-            .0
-            .iter()
-            .filter_map(|(judge, s)| entries.get(judge.as_str()).and_then(|e| e.accuracy).map(|a| (a, *s)))
-            .collect();
+        let against_accuracy = |values: &mut dyn Iterator<Item = (&String, f64)>| -> Vec<(f64, f64)> {
+            values
+                .filter_map(|(judge, s)| entries.get(judge.as_str()).and_then(|e| e.accuracy).map(|a| (a, s)))
+                .collect()
+        };
+        let (what, points, pcc) = if let Some(slopes) = &m.slopes {
+            let points = against_accuracy(&mut slopes.0.iter().map(|(j, s)| (j, *s)));
+            ("learned slope".to_owned(), points, m.slope_accuracy_pcc)
+        } else if let Some(skills) = &m.skills {
+            let points = against_accuracy(&mut skills.0.iter().filter_map(|(j, s)| s.map(|s| (j, s))));
+            let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+            (m.skill.clone().unwrap_or_else(|| "skill".to_owned()), points, jury_metrics::pearson(&xs, &ys))
+        } else {
+            continue;
+        };
         if points.is_empty() {
             continue;
         }
         out.push(SlopePlot {
             method: name.clone(),
-            svg: plots::slopes(&points)?,
-            pcc: m.slope_accuracy_pcc.map(|r| format!("{r:.3}")),
+            svg: plots::slopes(&points, &what)?,
+            what,
+            pcc: pcc.map(|r| format!("{r:.3}")),
         });
     }
     Ok(out)

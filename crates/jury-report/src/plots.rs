@@ -170,8 +170,9 @@ pub(crate) fn reliability(points: &[(f64, f64, usize)], min_confidence: f64) -> 
     Ok(svg)
 }
 
-/// Learned slope against judge accuracy, one point per judge (the paper's Figure 3).
-pub(crate) fn slopes(points: &[(f64, f64)]) -> Result<String, ReportError> {
+/// A per-judge estimate (a learned slope, the paper's Figure 3, or a method's skill)
+/// against judge accuracy, one point per judge; `what` names the vertical axis.
+pub(crate) fn slopes(points: &[(f64, f64)], what: &str) -> Result<String, ReportError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (360, 300)).into_drawing_area();
@@ -188,7 +189,7 @@ pub(crate) fn slopes(points: &[(f64, f64)]) -> Result<String, ReportError> {
             .y_label_area_size(45)
             .build_cartesian_2d(range(&xs), range(&ys))
             .map_err(err)?;
-        chart.configure_mesh().x_desc("judge accuracy").y_desc("learned slope").draw().map_err(err)?;
+        chart.configure_mesh().x_desc("judge accuracy").y_desc(short(what, 40)).draw().map_err(err)?;
         chart.draw_series(points.iter().map(|&(x, y)| Circle::new((x, y), 4, JUDGE.filled()))).map_err(err)?;
         root.present().map_err(err)?;
     }
