@@ -175,8 +175,7 @@ impl Aggregator for Glad {
                 break;
             }
         }
-        let present = votes.votes_per_judge();
-        let skills = m.alpha.iter().zip(&present).map(|(&a, &n)| (n > 0.0).then_some(a)).collect();
+        let skills = votes.skills(m.alpha.iter().copied());
         let report = SkillReport::new(
             "ability alpha (P(correct) = sigmoid(alpha * easiness))",
             skills,

@@ -100,14 +100,13 @@ impl Aggregator for Kos {
         }
         // A judge's reliability: its mean message, on the scale of the largest.
         let mut total = vec![0.0; votes.n_judges];
-        let mut count = vec![0.0; votes.n_judges];
         for (&(p, k, _), y) in edges.iter().zip(&to_example) {
             total[k as usize] += votes.counts[p as usize] * y;
-            count[k as usize] += votes.counts[p as usize];
         }
-        let mut mean: Vec<f64> = total.iter().zip(&count).map(|(t, n)| if *n > 0.0 { t / n } else { 0.0 }).collect();
+        let count = votes.votes_per_judge();
+        let mut mean: Vec<f64> = total.iter().zip(count).map(|(t, n)| if *n > 0.0 { t / n } else { 0.0 }).collect();
         rescale(&mut mean);
-        let skills = mean.iter().zip(&count).map(|(&m, &n)| (n > 0.0).then_some(m)).collect();
+        let skills = votes.skills(mean);
         let report = SkillReport::new("reliability (mean message, largest = 1)", skills, self.n_iter, true, None);
         finish_votes(self.name(), &votes, &t, self.ties, report)
     }

@@ -177,9 +177,8 @@ impl Aggregator for Mace {
         let Some((params, _)) = best else { unreachable!("restarts >= 1") };
         let (params, e) = run(params, self.n_iter - screen);
         let log_marginal = e.log_marginal;
-        let present = votes.votes_per_judge();
-        let skills = params.spam.iter().zip(&present).map(|(s, &n)| (n > 0.0).then(|| s[1] / (s[0] + s[1]))).collect();
-        let per_vote = log_marginal / present.iter().sum::<f64>().max(1.0);
+        let skills = votes.skills(params.spam.iter().map(|s| s[1] / (s[0] + s[1])));
+        let per_vote = log_marginal / votes.votes_per_judge().iter().sum::<f64>().max(1.0);
         let report = SkillReport::new("P(knowing the answer)", skills, self.n_iter, true, Some(per_vote));
         finish_votes(self.name(), &votes, &e.t, self.ties, report)
     }

@@ -25,6 +25,9 @@ impl Mmsr {
     }
 }
 
+/// Rounds of the sign vote in [`signs`].
+const SIGN_ROUNDS: usize = 100;
+
 /// Juries up to this many judges count pairs in a K x K table.
 const DENSE_JUDGES: usize = 2048;
 
@@ -79,46 +82,38 @@ fn trimmed_mean(x: &mut [f64], f: usize, a: f64) -> Option<f64> {
     (lo < hi).then(|| x[lo..hi].iter().sum::<f64>() / (hi - lo) as f64)
 }
 
-/// Signs s with sign(C_ij) = s_i s_j as far as possible: the leading eigenvector of the
-/// signed adjacency matrix (power iteration), oriented so that most judges are positive.
-/// The start, each judge's summed covariance plus its degree, is generic and depends on
-/// no judge order, so the signs do not either (a uniform start can be orthogonal to the
-/// leading vector, and then rounding decides).
+/// Signs s with sign(C_ij) = s_i s_j as far as possible: from every judge positive, each
+/// judge takes the sign its partners' signed covariances vote for (a tie keeps its
+/// sign), all at once, until nothing changes (at most `SIGN_ROUNDS` rounds); then most
+/// judges are made positive. The votes are sums of -1, 0 and 1, exact in any order, so
+/// the signs do not depend on judge order even where the sign graph is frustrated.
 fn signs(adj: &[Vec<(u32, f64)>]) -> Vec<f64> {
     let sign = |x: f64| {
         if x > 0.0 {
-            1.0
+            1i64
         } else if x < 0.0 {
-            -1.0
+            -1
         } else {
-            0.0
+            0
         }
     };
-    // A shift by the largest degree keeps every eigenvalue at or above 0, so the
-    // iteration finds the largest, not the largest in magnitude.
-    let shift = adj.iter().map(Vec::len).max().unwrap_or(0) as f64 + 1.0;
-    let mut s: Vec<f64> = adj.iter().map(|row| row.len() as f64 + row.iter().map(|&(_, x)| x).sum::<f64>()).collect();
-    for _ in 0..1000 {
-        let mut next: Vec<f64> = adj
+    let mut s = vec![1i64; adj.len()];
+    for _ in 0..SIGN_ROUNDS {
+        let next: Vec<i64> = adj
             .iter()
-            .enumerate()
-            .map(|(i, row)| row.iter().map(|&(j, x)| sign(x) * s[j as usize]).sum::<f64>() + shift * s[i])
+            .zip(&s)
+            .map(|(row, &own)| match row.iter().map(|&(j, x)| sign(x) * s[j as usize]).sum::<i64>().signum() {
+                0 => own,
+                v => v,
+            })
             .collect();
-        let norm = next.iter().map(|x| x * x).sum::<f64>().sqrt();
-        if norm == 0.0 || !norm.is_finite() {
+        if next == s {
             break;
         }
-        next.iter_mut().for_each(|x| *x /= norm);
-        let done = next.iter().zip(&s).all(|(a, b)| (a - b).abs() < 1e-12);
         s = next;
-        if done {
-            break;
-        }
     }
-    // Components within rounding of 0 count as positive.
-    let hard: Vec<f64> = s.iter().map(|&x| if x < -1e-9 { -1.0 } else { 1.0 }).collect();
-    let orient = if hard.iter().sum::<f64>() < 0.0 { -1.0 } else { 1.0 };
-    hard.iter().map(|x| orient * x).collect()
+    let orient = if s.iter().sum::<i64>() < 0 { -1 } else { 1 };
+    s.iter().map(|&x| (orient * x) as f64).collect()
 }
 
 impl Aggregator for Mmsr {
@@ -189,9 +184,7 @@ impl Aggregator for Mmsr {
         let mut known: Vec<f64> = estimated.iter().flatten().copied().collect();
         known.sort_by(f64::total_cmp);
         let fallback = if known.is_empty() { 1.0 } else { known[known.len() / 2] };
-        let present = votes.votes_per_judge();
-        let skills: Vec<Option<f64>> =
-            estimated.iter().zip(&present).map(|(e, &n)| (n > 0.0).then(|| e.unwrap_or(fallback))).collect();
+        let skills = votes.skills(estimated.iter().map(|e| e.unwrap_or(fallback)));
         let weights: Vec<f64> = skills.iter().map(|s| s.unwrap_or(0.0)).collect();
         // The one-coin posterior: a softmax of the log-odds-weighted votes.
         let mut t = votes.weighted_sums(&weights);

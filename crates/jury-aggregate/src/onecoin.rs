@@ -38,14 +38,14 @@ impl Aggregator for OneCoinDawidSkene {
         let n_votes: f64 = per_judge.iter().sum::<f64>().max(1.0);
         let mut t = votes.vote_fractions();
         let mut prior = class_prior(&votes, &t);
-        let mut skills = m_step(&votes, &t, &per_judge);
+        let mut skills = m_step(&votes, &t, per_judge);
         let (mut iterations, mut converged, mut last) = (0, false, f64::NEG_INFINITY);
         while iterations < self.max_iter {
             let (next, ll) = e_step(&votes, &prior, &skills);
             iterations += 1;
             t = next;
             prior = class_prior(&votes, &t);
-            skills = m_step(&votes, &t, &per_judge);
+            skills = m_step(&votes, &t, per_judge);
             let objective = ll / n_votes;
             let gain = objective - last;
             last = objective;
@@ -54,7 +54,7 @@ impl Aggregator for OneCoinDawidSkene {
                 break;
             }
         }
-        let skills = skills.iter().zip(&per_judge).map(|(&s, &n)| (n > 0.0).then_some(s)).collect();
+        let skills = votes.skills(skills);
         let report = SkillReport::new("P(correct vote)", skills, iterations, converged, Some(last));
         finish_votes(self.name(), &votes, &t, self.ties, report)
     }

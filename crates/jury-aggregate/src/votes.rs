@@ -21,6 +21,8 @@ pub(crate) struct Votes {
     pub(crate) counts: Vec<f64>,
     /// Pattern of each example.
     pattern_of: Vec<u32>,
+    /// Each judge's number of votes.
+    per_judge: Vec<f64>,
 }
 
 impl Votes {
@@ -34,6 +36,7 @@ impl Votes {
             entries: Vec::new(),
             counts: Vec::new(),
             pattern_of: Vec::with_capacity(j.n_examples()),
+            per_judge: vec![0.0; j.n_judges()],
         };
         let mut key = Vec::new();
         for n in 0..j.n_examples() {
@@ -52,6 +55,7 @@ impl Votes {
             };
             votes.counts[p as usize] += 1.0;
             votes.pattern_of.push(p);
+            key.iter().for_each(|&(k, _)| votes.per_judge[k as usize] += 1.0);
         }
         votes
     }
@@ -150,13 +154,13 @@ impl Votes {
     }
 
     /// Each judge's number of votes.
-    pub(crate) fn votes_per_judge(&self) -> Vec<f64> {
-        let mut total = vec![0.0; self.n_judges];
-        for p in 0..self.n_patterns() {
-            for &(k, _) in self.pattern(p) {
-                total[k as usize] += self.counts[p];
-            }
-        }
-        total
+    pub(crate) fn votes_per_judge(&self) -> &[f64] {
+        &self.per_judge
+    }
+
+    /// Per-judge values as skills: `None` for a judge with no vote (its value was never
+    /// fitted).
+    pub(crate) fn skills(&self, values: impl IntoIterator<Item = f64>) -> Vec<Option<f64>> {
+        values.into_iter().zip(&self.per_judge).map(|(x, &n)| (n > 0.0).then_some(x)).collect()
     }
 }

@@ -96,8 +96,7 @@ impl Aggregator for ZeroBasedSkill {
         }
         let votes = Votes::new(j);
         let start = 1.0 / votes.n_classes as f64 + 1e-5;
-        let present = votes.votes_per_judge();
-        let mut skills: Vec<Option<f64>> = present.iter().map(|&t| (t > 0.0).then_some(start)).collect();
+        let mut skills = votes.skills(std::iter::repeat(start));
         let mut lr = self.lr_init;
         let mut moved = f64::INFINITY;
         for iteration in 1..=self.n_iter {
