@@ -29,6 +29,18 @@ pub enum ModelSource {
     Pretrained(String),
 }
 
+/// Where an in-process judge runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JudgeDevice {
+    /// The first CUDA GPU in a `cuda` build on a machine with one, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU with f32 activations, also in a `cuda` build (the same numbers as a CPU
+    /// build gives).
+    Cpu,
+}
+
 /// Settings of one judge.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JudgeConfig {
@@ -47,6 +59,7 @@ pub struct JudgeConfig {
     /// (GPT-2 rules) that merges a blank line into one token where llama.cpp and the
     /// model's own tokenizer give two.
     pub tokenizer: Option<PathBuf>,
+    pub device: JudgeDevice,
 }
 
 /// One judgment: the normalised verdict probability and the raw numbers behind it.
@@ -195,8 +208,18 @@ pub fn gguf_problem(path: &Path) -> Option<String> {
     }
 }
 
-fn engine_fingerprint(source: &ModelSource) -> String {
-    let device = if cfg!(feature = "cuda") { "cuda-if-available, automatic dtype" } else { "cpu, f32 activations" };
+/// The device a judge with this setting runs on.
+fn pick_device(wanted: JudgeDevice) -> anyhow::Result<mistralrs::Device> {
+    Ok(match wanted {
+        JudgeDevice::Cpu => mistralrs::Device::Cpu,
+        JudgeDevice::Auto => mistralrs::best_device(!cfg!(feature = "cuda"))?,
+    })
+}
+
+/// Part of every cache key: the device actually used, since a GPU's automatic dtype
+/// (bf16 where it can) gives other numbers than the CPU's f32.
+fn engine_fingerprint(source: &ModelSource, device: &mistralrs::Device) -> String {
+    let device = if device.is_cpu() { "cpu, f32 activations" } else { "cuda, automatic dtype" };
     let weights = match source {
         ModelSource::Gguf(_) if std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some() => "gguf dequantized to dense",
         ModelSource::Gguf(_) => "gguf quantized kernels",
@@ -210,7 +233,7 @@ fn engine_fingerprint(source: &ModelSource) -> String {
 /// converts every key and value element to f32 and back (measured: most of the time of a
 /// judge on this machine). Weights stay as the GGUF has them unless
 /// `CANDLE_DEQUANTIZE_ALL` is set (then dense f32).
-async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig) -> anyhow::Result<Model> {
+async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig, device: &mistralrs::Device) -> anyhow::Result<Model> {
     use mistralrs::core::{
         AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder, GGUFSpecificConfig,
         MistralRsBuilder, ModelDType, SchedulerConfig, TokenSource,
@@ -221,13 +244,12 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig) -> anyhow::Result<
     let loader =
         GGUFLoaderBuilder::new(None, tokenizer, dir, vec![file], GGUFSpecificConfig { topology: None }, false, None)
             .build();
-    let device = mistralrs::best_device(!cfg!(feature = "cuda"))?;
     let dtype = if device.is_cpu() { ModelDType::F32 } else { ModelDType::Auto };
     let pipeline = loader.load_model_from_hf(
         None,
         TokenSource::None,
         &dtype,
-        &device,
+        device,
         true,
         DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
         None,
@@ -273,13 +295,14 @@ impl Judge {
     pub async fn load(cfg: JudgeConfig, template: Template) -> Result<Self, JudgeError> {
         let load_err = |e: anyhow::Error| JudgeError::Load { judge: cfg.name.clone(), reason: format!("{e:#}") };
         let prefix_cache = cfg.prefix_cache.then_some(16);
+        let device = pick_device(cfg.device).map_err(load_err)?;
         let model = match &cfg.source {
             ModelSource::Gguf(path) => {
                 // mistral.rs takes a missing local path for a hub id and goes online.
                 if !path.is_file() {
                     return Err(JudgeError::ModelMissing { judge: cfg.name.clone(), path: path.clone() });
                 }
-                load_gguf(path, &cfg).await.map_err(load_err)?
+                load_gguf(path, &cfg, &device).await.map_err(load_err)?
             }
             ModelSource::Pretrained(id) => {
                 let local = resolve_model_id(id, &jury_cache::hub::cache_root());
@@ -295,13 +318,14 @@ impl Judge {
                 let b = TextModelBuilder::new(local.to_string_lossy())
                     .with_prefix_cache_n(prefix_cache)
                     .with_max_num_seqs(cfg.max_concurrency.max(1));
-                #[cfg(not(feature = "cuda"))]
-                let b = b.with_force_cpu().with_dtype(mistralrs::core::ModelDType::F32);
+                let b =
+                    if device.is_cpu() { b.with_force_cpu().with_dtype(mistralrs::core::ModelDType::F32) } else { b };
                 b.build().await.map_err(load_err)?
             }
         };
-        let engine = engine_fingerprint(&cfg.source);
-        let flush_prefix_cache = cfg.prefix_cache && !on_accelerator();
+        let engine = engine_fingerprint(&cfg.source, &device);
+        // mistral.rs evicts its prefix cache itself on an accelerator, never on a CPU.
+        let flush_prefix_cache = cfg.prefix_cache && device.is_cpu();
         let mut judge = Judge {
             cfg,
             template,
@@ -521,12 +545,6 @@ impl Judge {
 /// The error text of a deliberate prefix-cache flush.
 const FLUSH_MARKER: &str = "jury: prefix-cache flush";
 
-/// Whether judges run on an accelerator, where mistral.rs evicts its prefix cache
-/// itself: a `cuda` build on a machine with a GPU.
-fn on_accelerator() -> bool {
-    cfg!(feature = "cuda") && mistralrs::best_device(false).map(|d| !d.is_cpu()).unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,6 +601,7 @@ mod tests {
             prefix_cache: false,
             max_concurrency: 1,
             tokenizer: None,
+            device: JudgeDevice::Auto,
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let err = rt.block_on(Judge::load(cfg, template)).err().expect("no weights: the load must fail");

@@ -159,6 +159,9 @@ pub struct Runtime {
     /// A cache record that fails its checksum or holds no probability: `recompute` (judge
     /// the example again, with a warning naming file and line) or `stop`.
     pub bad_cache_records: jury_cache::OnBadRecord,
+    /// Where in-process judges run: `auto` (the GPU in a `cuda` build on a machine with
+    /// one, else the CPU) or `cpu`. Server judges run where their server does.
+    pub device: jury_judge::JudgeDevice,
 }
 
 impl Default for Runtime {
@@ -175,6 +178,7 @@ impl Default for Runtime {
             max_prompt_tokens: 2048,
             dump_prompts: false,
             bad_cache_records: jury_cache::OnBadRecord::Recompute,
+            device: jury_judge::JudgeDevice::Auto,
         }
     }
 }
@@ -374,6 +378,16 @@ mod tests {
         let ok = format!("{HEAD}judges:\n  - {{name: s, server: {{base_urls: ['http://h:1/v1'], model: m}}}}\n");
         let exp = parse(&ok).unwrap();
         assert_eq!(exp.judges[0].server.as_ref().unwrap().max_in_flight, 4);
+    }
+
+    #[test]
+    fn the_judges_device_is_auto_unless_cpu_is_asked_for() {
+        let judges = "judges:\n  - {name: a, model_id: m}\n";
+        assert_eq!(parse(&format!("{HEAD}{judges}")).unwrap().runtime.device, jury_judge::JudgeDevice::Auto);
+        let cpu = parse(&format!("{HEAD}{judges}runtime: {{device: cpu}}\n")).unwrap();
+        assert_eq!(cpu.runtime.device, jury_judge::JudgeDevice::Cpu);
+        let e = parse(&format!("{HEAD}{judges}runtime: {{device: gpu}}\n")).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `gpu`") && e.contains("auto") && e.contains("cpu"), "{e}");
     }
 
     #[test]

@@ -123,6 +123,7 @@ fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Ju
             prefix_cache: runtime.prefix_cache,
             max_concurrency: runtime.max_concurrency,
             tokenizer: entry.tokenizer.clone(),
+            device: runtime.device,
         };
         JudgeSpec::Local { cfg, model_sha256 }
     };
