@@ -76,14 +76,34 @@ pub fn main() -> ExitCode {
         Command::RankSim(args) => rank::run_sim(args),
         Command::Report(args) => report::run(args),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match result {
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
-            ExitCode::from(2)
+            2
         }
-    }
+    };
+    exit_after_gpu_work(code);
+    ExitCode::from(code)
 }
+
+/// In a CUDA build, ends the process without its exit handlers once every output is
+/// written: mistral.rs's engine threads stop on their own after their model is dropped,
+/// and the CUDA driver's exit handlers tore the device down under them (seen on an H200:
+/// a judge run that had written all its files exited with SIGSEGV, another printed a
+/// panic from an engine thread).
+#[cfg(feature = "cuda")]
+fn exit_after_gpu_work(code: u8) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` only ends the process; every file this program wrote was closed
+    // when its writer was dropped, before the command returned.
+    unsafe { libc::_exit(i32::from(code)) }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn exit_after_gpu_work(_code: u8) {}
 
 /// The error of a command that needs the LLM judges in a build without them.
 #[cfg(not(feature = "judges"))]
