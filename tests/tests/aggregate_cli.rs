@@ -78,6 +78,11 @@ fn aggregates_and_scores_a_simulated_jury() {
     // The simulated jury has a biased and a near-random judge: weighting must pay off.
     assert!(acc("ds") > acc("mv") && acc("ds") > strong, "ds {} mv {} strong {strong}", acc("ds"), acc("mv"));
     assert_eq!(m["methods"]["ds"]["converged"], true);
+    // The simulated judges err independently given the truth: no family.
+    let e = &m["agreement"]["error_correlation"];
+    assert_eq!(e["method"], "ds");
+    assert_eq!(e["matrix"].as_array().unwrap().len(), 6);
+    assert_eq!(e["families"].as_array().unwrap().len(), 0, "{e}");
 
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
     let mut lines = predictions.lines();

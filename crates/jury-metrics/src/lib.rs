@@ -4,12 +4,14 @@
 //! there are none, so an unlabeled run can never report a made-up score.
 
 mod agreement;
+mod families;
 mod protocol;
 mod ranking;
 
 pub use agreement::{
     JuryAgreement, ReliabilityBin, cohen_kappa, cohen_kappa_table, jury_agreement, reliability_bins, wilson_interval,
 };
+pub use families::{ErrorCorrelations, FAMILY_CORRELATION, MAX_JUDGES_FOR_CORRELATIONS, error_correlations};
 pub use protocol::{Split, accuracy_on, labeled};
 pub use ranking::{average_precision_at_k, rank_biased_overlap, spearman};
 

@@ -54,6 +54,16 @@ pub(crate) struct MetricsFile {
 pub(crate) struct AgreementEntry {
     pub(crate) fleiss_kappa: Option<f64>,
     pub(crate) krippendorff_alpha: Option<f64>,
+    /// Absent in older files and for very large juries.
+    #[serde(default)]
+    pub(crate) error_correlation: Option<ErrorCorrelationEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorCorrelationEntry {
+    pub(crate) method: String,
+    pub(crate) families: Vec<Vec<String>>,
+    pub(crate) family_threshold: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -306,6 +316,17 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         let show = |x: Option<f64>| x.map_or("n/a (one class or no shared example)".to_owned(), |x| format!("{x:.3}"));
         facts.push(("Fleiss' kappa".to_owned(), show(a.fleiss_kappa)));
         facts.push(("Krippendorff's alpha".to_owned(), show(a.krippendorff_alpha)));
+        if let Some(e) = &a.error_correlation {
+            let families = if e.families.is_empty() {
+                "none".to_owned()
+            } else {
+                e.families.iter().map(|f| f.join(" + ")).collect::<Vec<_>>().join("; ")
+            };
+            facts.push((
+                format!("judge families (error correlation >= {} under {})", e.family_threshold, e.method),
+                families,
+            ));
+        }
     }
     facts.extend([("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned())]);
     if let Some(d) = &manifest.dataset {

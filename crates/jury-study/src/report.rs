@@ -62,6 +62,24 @@ pub struct Metrics<'a> {
 pub struct AgreementMetrics {
     pub fleiss_kappa: Option<f64>,
     pub krippendorff_alpha: Option<f64>,
+    /// Which judges make the same mistakes as the fitted model sees it (absent for juries
+    /// over `jury_metrics::MAX_JUDGES_FOR_CORRELATIONS` judges).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_correlation: Option<ErrorCorrelationMetrics>,
+}
+
+/// `jury_metrics::ErrorCorrelations` under one method's posteriors, by judge name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorCorrelationMetrics {
+    /// The method whose posteriors stand for the truth: `ds` when it ran, else the first.
+    pub method: String,
+    /// The judges in `matrix` order.
+    pub judges: Vec<String>,
+    /// Class-conditional correlation of two judges' errors (null where undefined).
+    pub matrix: Vec<Vec<Option<f64>>>,
+    /// Judges grouped at a mean error correlation of at least `family_threshold`.
+    pub families: Vec<Vec<String>>,
+    pub family_threshold: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -272,13 +290,32 @@ impl<'a> Study<'a> {
             n_labeled: labels.map(Labels::n_labeled),
             agreement: {
                 let a = jury_metrics::jury_agreement(j);
-                AgreementMetrics { fleiss_kappa: a.fleiss_kappa, krippendorff_alpha: a.krippendorff_alpha }
+                AgreementMetrics {
+                    fleiss_kappa: a.fleiss_kappa,
+                    krippendorff_alpha: a.krippendorff_alpha,
+                    error_correlation: self.error_correlation(),
+                }
             },
             judges: Named(judges),
             methods: Named(methods),
             seeds,
             dev_sets,
         }
+    }
+
+    /// The judges' error correlations under Dawid-Skene's posteriors when it ran, else
+    /// under the first method's.
+    fn error_correlation(&self) -> Option<ErrorCorrelationMetrics> {
+        let r = self.methods.iter().find(|r| r.name == "ds").or_else(|| self.methods.first())?;
+        let e = jury_metrics::error_correlations(self.judgments, r.aggregation.posteriors())?;
+        let names = self.judgments.judge_names();
+        Some(ErrorCorrelationMetrics {
+            method: r.name.to_owned(),
+            judges: names.to_vec(),
+            matrix: e.matrix,
+            families: e.families.iter().map(|f| f.iter().map(|&k| names[k].clone()).collect()).collect(),
+            family_threshold: jury_metrics::FAMILY_CORRELATION,
+        })
     }
 
     /// Every method's posteriors and hard labels, in report order.
