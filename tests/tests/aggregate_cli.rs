@@ -829,3 +829,39 @@ fn a_crowd_of_200000_judges_each_on_its_own_example_aggregates_and_reports() {
     assert!(report.contains("The 30 judges with the most judgments of 200000"));
     assert!(report.len() < 2_000_000, "report of {} bytes", report.len());
 }
+
+/// `jury simulate adaptive` replays the adaptive rule on a recorded jury: adaptive.json
+/// holds the chosen setting's accuracy and calls next to the full jury's, and the grid.
+#[test]
+fn simulate_adaptive_writes_the_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    simulate(dir.path(), 2000);
+    let out_dir = dir.path().join("adaptive");
+    let out = jury(&[
+        "simulate",
+        "adaptive",
+        "--judgments",
+        path_str(&dir.path().join("judgments.csv")),
+        "--labels",
+        path_str(&dir.path().join("labels.csv")),
+        "--targets",
+        "0.9,0.99",
+        "--out",
+        path_str(&out_dir),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("full jury (ds): accuracy"), "{stdout}");
+    let a: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("adaptive.json")).unwrap()).unwrap();
+    let (calls, full) = (a["calls"].as_u64().unwrap(), a["full_calls"].as_u64().unwrap());
+    assert!(calls < full, "{calls} of {full}");
+    assert!((0.0..=1.0).contains(&a["accuracy"].as_f64().unwrap()));
+    assert!((0.0..=1.0).contains(&a["full_accuracy"].as_f64().unwrap()));
+    assert_eq!(a["curve"].as_array().unwrap().len(), 2 * 3);
+    let per_judge: u64 = a["calls_per_judge"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(per_judge, calls);
+    // Without a subcommand, --out is still required, with a one-line error.
+    let bare = jury(&["simulate", "--examples", "5"]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("needs --out DIR"));
+}

@@ -6,6 +6,7 @@
 //! in their own crate; this one holds the context-free methods of the SkillAggregation
 //! paper's Appendix C.
 
+mod adaptive;
 mod average;
 mod dawid_skene;
 mod glad;
@@ -19,6 +20,7 @@ mod vote;
 mod votes;
 mod wawa;
 
+pub use adaptive::{AdaptiveConfig, AdaptiveReplay, replay_adaptive};
 pub use average::AverageProb;
 pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
 pub use glad::Glad;

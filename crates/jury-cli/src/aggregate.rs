@@ -36,19 +36,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let mut settings = Settings::new(&args.options)?;
     settings.resolve_encoder()?;
     let judgments = read_judgments(&args.judgments)?;
-    let labels: Option<Labels> = match &args.labels {
-        Some(path) => {
-            let (labels, unmatched) = read_labels(path, &judgments)?;
-            if unmatched > 0 {
-                eprintln!(
-                    "warning: {}: {unmatched} labels are for examples with no judgments; ignored",
-                    path.display()
-                );
-            }
-            Some(labels)
-        }
-        None => None,
-    };
+    let labels = read_optional_labels(args.labels.as_deref(), &judgments)?;
     let study = jury_study::run(&judgments, labels.as_ref(), &settings, &print_note)?;
     let owner = Owner { command: "aggregate".into(), source: args.judgments.display().to_string() };
     let files = [OutputLayout::FILES[0], OutputLayout::FILES[1], jury_report::REPORT_FILE];
@@ -58,6 +46,20 @@ pub(crate) fn run(args: Args) -> Result<()> {
     crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;
     out.publish()?;
     Ok(())
+}
+
+/// Reads reference labels for `judgments` when a file is given, warning about labels of
+/// examples with no judgments.
+pub(crate) fn read_optional_labels(
+    path: Option<&std::path::Path>,
+    judgments: &jury_core::Judgments,
+) -> Result<Option<Labels>> {
+    let Some(path) = path else { return Ok(None) };
+    let (labels, unmatched) = read_labels(path, judgments)?;
+    if unmatched > 0 {
+        eprintln!("warning: {}: {unmatched} labels are for examples with no judgments; ignored", path.display());
+    }
+    Ok(Some(labels))
 }
 
 /// Writes a study's files into `staging` (to be published as `out`) and prints its table.

@@ -5,27 +5,114 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use jury_aggregate::AdaptiveConfig;
 use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use jury_sim::{JuryConfig, simulate};
+use jury_study::{AdaptiveSettings, AdaptiveStudy, adaptive_study};
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct Args {
+    #[command(subcommand)]
+    what: Option<What>,
+    #[command(flatten)]
+    jury: JuryArgs,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Replay the adaptive jury on a judgments file recorded with every judge: judge
+    /// calls and accuracy had each example stopped once its posterior was settled.
+    Adaptive(AdaptiveArgs),
+}
+
+#[derive(clap::Args)]
+struct JuryArgs {
     /// Number of examples.
     #[arg(long, default_value_t = 1000)]
     examples: usize,
     /// Random seed; the same seed writes the same files.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Output directory (created if needed).
+    /// Output directory (created if needed; required).
     #[arg(long)]
-    out: PathBuf,
+    out: Option<PathBuf>,
     /// Replace an output directory that holds another command's output or files jury
     /// did not write.
     #[arg(long)]
     force: bool,
 }
 
+#[derive(clap::Args)]
+struct AdaptiveArgs {
+    /// Judgments recorded with every judge (CSV, JSONL or Parquet, as `jury aggregate`).
+    #[arg(long)]
+    judgments: PathBuf,
+    /// Reference labels, used only for scoring.
+    #[arg(long)]
+    labels: Option<PathBuf>,
+    /// Output directory for adaptive.json.
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace an output directory that holds another command's output or files jury
+    /// did not write.
+    #[arg(long)]
+    force: bool,
+    /// An example stops once its top Dawid-Skene posterior reaches this.
+    #[arg(long, default_value_t = AdaptiveConfig::default().target)]
+    target: f64,
+    /// Share of the examples every judge answers first (drawn by --seed).
+    #[arg(long, default_value_t = AdaptiveConfig::default().warmup)]
+    warmup: f64,
+    /// Judges asked on every example before it may stop.
+    #[arg(long, default_value_t = AdaptiveConfig::default().min_judges)]
+    min_judges: usize,
+    /// Draws the warm-up and the order of the other examples.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Targets of the curve, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [0.9, 0.95, 0.99])]
+    targets: Vec<f64>,
+    /// Warm-up shares of the curve, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [0.05, 0.1, 0.2])]
+    warmups: Vec<f64>,
+}
+
 pub(crate) fn run(args: Args) -> Result<()> {
+    match args.what {
+        Some(What::Adaptive(a)) => adaptive(a),
+        None => jury(args.jury),
+    }
+}
+
+fn adaptive(args: AdaptiveArgs) -> Result<()> {
+    let judgments = jury_io::read_judgments(&args.judgments)?;
+    let labels = crate::aggregate::read_optional_labels(args.labels.as_deref(), &judgments)?;
+    let settings = AdaptiveSettings {
+        chosen: AdaptiveConfig {
+            target: args.target,
+            warmup: args.warmup,
+            min_judges: args.min_judges,
+            seed: args.seed,
+            ..AdaptiveConfig::default()
+        },
+        targets: args.targets,
+        warmups: args.warmups,
+    };
+    let study = adaptive_study(&judgments, labels.as_ref(), &settings)?;
+    let owner = Owner { command: "simulate adaptive".into(), source: args.judgments.display().to_string() };
+    let out = OutputDir::open(&args.out, owner, &[AdaptiveStudy::FILE], args.force)?;
+    study.write(out.staging_dir())?;
+    out.publish()?;
+    print!("{}", study.table());
+    println!("wrote {}", args.out.join(AdaptiveStudy::FILE).display());
+    Ok(())
+}
+
+fn jury(args: JuryArgs) -> Result<()> {
+    let Some(out_path) = args.out else {
+        anyhow::bail!("jury simulate needs --out DIR (or a subcommand: adaptive)");
+    };
     let cfg = JuryConfig::mixed_binary(args.examples, args.seed);
     let jury = simulate(&cfg).context("simulating the jury")?;
     let j = &jury.judgments;
@@ -48,7 +135,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         let _ = writeln!(labels, "{},{}", csv_field(id), t);
     }
     let owner = Owner { command: "simulate".into(), source: "a simulated jury".into() };
-    let out = OutputDir::open(&args.out, owner, &["judgments.csv", "labels.csv"], args.force)?;
+    let out = OutputDir::open(&out_path, owner, &["judgments.csv", "labels.csv"], args.force)?;
     write_atomic(&out.staged("judgments.csv"), judgments.as_bytes())?;
     write_atomic(&out.staged("labels.csv"), labels.as_bytes())?;
     out.publish()?;
@@ -57,7 +144,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         j.n_examples(),
         j.n_judges(),
         j.n_present(),
-        args.out.display()
+        out_path.display()
     );
     Ok(())
 }

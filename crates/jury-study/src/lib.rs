@@ -8,16 +8,18 @@
 //! until every method has run; labels only score (and, for the context-dependent
 //! methods, choose lambda and the epoch on each seed's dev set).
 
+mod adaptive;
 mod options;
 mod report;
 mod study;
 
 use std::path::PathBuf;
 
+pub use adaptive::{AdaptivePoint, AdaptiveSettings, AdaptiveStudy, adaptive_study};
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
 pub use report::{
-    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, JudgeMetrics, MethodMetrics, Metrics, Named,
-    NeuralMetrics, OutputLayout, OverSeeds,
+    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
+    MethodMetrics, Metrics, Named, NeuralMetrics, OutputLayout, OverSeeds,
 };
 pub use study::{MethodRun, NeuralStudy, Study, run};
 

@@ -1,0 +1,129 @@
+//! `jury simulate adaptive`: the adaptive jury's stopping rule replayed on a judgments
+//! file recorded with every judge, at one chosen setting and over a grid, scored against
+//! labels where they exist (labels only score; the rule never reads them). Its file is
+//! adaptive.json, typed here and serialised nowhere else.
+
+use std::path::Path;
+
+use jury_aggregate::{AdaptiveConfig, Aggregator, DawidSkene, replay_adaptive};
+use jury_core::{Judgments, Labels};
+use jury_io::write_atomic;
+use jury_metrics::accuracy;
+use serde::Serialize;
+
+use crate::{Named, StudyError};
+
+/// The settings replayed: the chosen one and the grid of the curve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveSettings {
+    pub chosen: AdaptiveConfig,
+    pub targets: Vec<f64>,
+    pub warmups: Vec<f64>,
+}
+
+/// adaptive.json.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdaptiveStudy<'a> {
+    /// Accuracy of the adaptive labels at the chosen setting (`None` without labels).
+    pub accuracy: Option<f64>,
+    /// Accuracy of Dawid-Skene on every judgment.
+    pub full_accuracy: Option<f64>,
+    /// Judge calls at the chosen setting, the warm-up's included.
+    pub calls: usize,
+    pub full_calls: usize,
+    pub target: f64,
+    pub warmup: f64,
+    pub min_judges: usize,
+    pub seed: u64,
+    pub calls_per_judge: Named<'a, usize>,
+    /// Every (target, warm-up) of the grid.
+    pub curve: Vec<AdaptivePoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdaptivePoint {
+    pub target: f64,
+    pub warmup: f64,
+    pub accuracy: Option<f64>,
+    pub calls: usize,
+    /// calls / full_calls.
+    pub share_of_calls: f64,
+}
+
+impl AdaptiveStudy<'_> {
+    pub const FILE: &'static str = "adaptive.json";
+}
+
+/// Replays the rule at the chosen setting and over the grid.
+pub fn adaptive_study<'a>(
+    j: &'a Judgments,
+    labels: Option<&Labels>,
+    s: &AdaptiveSettings,
+) -> Result<AdaptiveStudy<'a>, StudyError> {
+    let score = |predicted: &[usize]| labels.and_then(|l| accuracy(predicted, l));
+    let full = DawidSkene::new(s.chosen.ds).aggregate(j)?;
+    let chosen = replay_adaptive(j, &s.chosen)?;
+    let mut curve = Vec::new();
+    for &target in &s.targets {
+        for &warmup in &s.warmups {
+            let r = replay_adaptive(j, &AdaptiveConfig { target, warmup, ..s.chosen })?;
+            curve.push(AdaptivePoint {
+                target,
+                warmup,
+                accuracy: score(&r.labels),
+                calls: r.calls,
+                share_of_calls: r.calls as f64 / r.full_calls as f64,
+            });
+        }
+    }
+    Ok(AdaptiveStudy {
+        accuracy: score(&chosen.labels),
+        full_accuracy: score(full.labels()),
+        calls: chosen.calls,
+        full_calls: chosen.full_calls,
+        target: s.chosen.target,
+        warmup: s.chosen.warmup,
+        min_judges: s.chosen.min_judges,
+        seed: s.chosen.seed,
+        calls_per_judge: Named(
+            j.judge_names().iter().map(String::as_str).zip(chosen.calls_per_judge.iter().copied()).collect(),
+        ),
+        curve,
+    })
+}
+
+impl AdaptiveStudy<'_> {
+    /// Writes adaptive.json into `dir`, atomically.
+    pub fn write(&self, dir: &Path) -> Result<(), StudyError> {
+        let text = serde_json::to_string_pretty(self)?;
+        write_atomic(&dir.join(Self::FILE), text.as_bytes())?;
+        Ok(())
+    }
+
+    /// The terminal table: the chosen setting, then the grid.
+    pub fn table(&self) -> String {
+        let pct = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{:.2}", 100.0 * x));
+        let mut out = format!(
+            "full jury (ds): accuracy {} with {} calls\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share\n",
+            pct(self.full_accuracy),
+            self.full_calls,
+            self.target,
+            self.warmup,
+            self.min_judges,
+            pct(self.accuracy),
+            self.calls,
+            100.0 * self.calls as f64 / self.full_calls.max(1) as f64
+        );
+        for p in &self.curve {
+            out.push_str(&format!(
+                "{:<7} {:<8} {:>8} {:>6} {:>5.1}%\n",
+                p.target,
+                p.warmup,
+                pct(p.accuracy),
+                p.calls,
+                100.0 * p.share_of_calls
+            ));
+        }
+        out
+    }
+}
