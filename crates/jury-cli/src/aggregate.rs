@@ -15,51 +15,64 @@ use jury_study::{AggregateOptions, OutputLayout, Settings, Study};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
+    #[command(flatten)]
+    files: Files,
+    #[command(flatten)]
+    options: AggregateOptions,
+}
+
+/// The files of a command that reads a judgments table and writes an output directory
+/// (`jury aggregate`, `jury simulate adaptive`).
+#[derive(clap::Args)]
+pub(crate) struct Files {
     /// Long judgments table: example_id, judge, p (or probs / p0..pC-1); .csv, .jsonl, .json or .parquet.
     #[arg(long)]
-    judgments: PathBuf,
+    pub(crate) judgments: PathBuf,
     /// Reference labels (example_id, label), used only for scoring.
     #[arg(long)]
-    labels: Option<PathBuf>,
-    /// Output directory for metrics.json and predictions.csv.
+    pub(crate) labels: Option<PathBuf>,
+    /// Output directory (created if needed).
     #[arg(long)]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Replace an output directory that holds another command's output or files jury
     /// did not write.
     #[arg(long)]
-    force: bool,
-    #[command(flatten)]
-    options: AggregateOptions,
+    pub(crate) force: bool,
+}
+
+impl Files {
+    /// Reads the judgments and, when given, the labels (warning about labels of examples
+    /// with no judgments).
+    pub(crate) fn read(&self) -> Result<(jury_core::Judgments, Option<Labels>)> {
+        let judgments = read_judgments(&self.judgments)?;
+        let Some(path) = &self.labels else { return Ok((judgments, None)) };
+        let (labels, unmatched) = read_labels(path, &judgments)?;
+        if unmatched > 0 {
+            eprintln!("warning: {}: {unmatched} labels are for examples with no judgments; ignored", path.display());
+        }
+        Ok((judgments, Some(labels)))
+    }
+
+    /// Opens the output directory for `files`, owned by `command`.
+    pub(crate) fn open_out(&self, command: &str, files: &[&str]) -> Result<OutputDir> {
+        let owner = Owner { command: command.into(), source: self.judgments.display().to_string() };
+        Ok(OutputDir::open(&self.out, owner, files, self.force)?)
+    }
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
     let mut settings = Settings::new(&args.options)?;
     settings.resolve_encoder()?;
-    let judgments = read_judgments(&args.judgments)?;
-    let labels = read_optional_labels(args.labels.as_deref(), &judgments)?;
+    let (judgments, labels) = args.files.read()?;
     let study = jury_study::run(&judgments, labels.as_ref(), &settings, &print_note)?;
-    let owner = Owner { command: "aggregate".into(), source: args.judgments.display().to_string() };
-    let files = [OutputLayout::FILES[0], OutputLayout::FILES[1], jury_report::REPORT_FILE];
-    let out = OutputDir::open(&args.out, owner, &files, args.force)?;
-    write(&study, out.staging_dir(), &args.out)?;
+    let out = args
+        .files
+        .open_out("aggregate", &[OutputLayout::FILES[0], OutputLayout::FILES[1], jury_report::REPORT_FILE])?;
+    write(&study, out.staging_dir(), &args.files.out)?;
     let texts = crate::report::read_texts(settings.contexts())?;
     crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;
     out.publish()?;
     Ok(())
-}
-
-/// Reads reference labels for `judgments` when a file is given, warning about labels of
-/// examples with no judgments.
-pub(crate) fn read_optional_labels(
-    path: Option<&std::path::Path>,
-    judgments: &jury_core::Judgments,
-) -> Result<Option<Labels>> {
-    let Some(path) = path else { return Ok(None) };
-    let (labels, unmatched) = read_labels(path, judgments)?;
-    if unmatched > 0 {
-        eprintln!("warning: {}: {unmatched} labels are for examples with no judgments; ignored", path.display());
-    }
-    Ok(Some(labels))
 }
 
 /// Writes a study's files into `staging` (to be published as `out`) and prints its table.

@@ -45,19 +45,10 @@ struct JuryArgs {
 
 #[derive(clap::Args)]
 struct AdaptiveArgs {
-    /// Judgments recorded with every judge (CSV, JSONL or Parquet, as `jury aggregate`).
-    #[arg(long)]
-    judgments: PathBuf,
-    /// Reference labels, used only for scoring.
-    #[arg(long)]
-    labels: Option<PathBuf>,
-    /// Output directory for adaptive.json.
-    #[arg(long)]
-    out: PathBuf,
-    /// Replace an output directory that holds another command's output or files jury
-    /// did not write.
-    #[arg(long)]
-    force: bool,
+    /// The judgments must be recorded with every judge; the labels only score; the output
+    /// directory gets adaptive.json.
+    #[command(flatten)]
+    files: crate::aggregate::Files,
     /// An example stops once its top Dawid-Skene posterior reaches this.
     #[arg(long, default_value_t = AdaptiveConfig::default().target)]
     target: f64,
@@ -86,8 +77,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
 }
 
 fn adaptive(args: AdaptiveArgs) -> Result<()> {
-    let judgments = jury_io::read_judgments(&args.judgments)?;
-    let labels = crate::aggregate::read_optional_labels(args.labels.as_deref(), &judgments)?;
+    let (judgments, labels) = args.files.read()?;
     let settings = AdaptiveSettings {
         chosen: AdaptiveConfig {
             target: args.target,
@@ -100,12 +90,11 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
         warmups: args.warmups,
     };
     let study = adaptive_study(&judgments, labels.as_ref(), &settings)?;
-    let owner = Owner { command: "simulate adaptive".into(), source: args.judgments.display().to_string() };
-    let out = OutputDir::open(&args.out, owner, &[AdaptiveStudy::FILE], args.force)?;
+    let out = args.files.open_out("simulate adaptive", &[AdaptiveStudy::FILE])?;
     study.write(out.staging_dir())?;
     out.publish()?;
     print!("{}", study.table());
-    println!("wrote {}", args.out.join(AdaptiveStudy::FILE).display());
+    println!("wrote {}", args.files.out.join(AdaptiveStudy::FILE).display());
     Ok(())
 }
 
