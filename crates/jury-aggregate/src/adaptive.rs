@@ -68,17 +68,10 @@ pub fn replay_adaptive(j: &Judgments, cfg: &AdaptiveConfig) -> Result<AdaptiveRe
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed));
     let n_warm = ((cfg.warmup * n as f64).ceil() as usize).clamp(1, n);
+    // One flag per entry, in `j.entries()` order.
     let mut revealed = vec![false; j.n_present()];
-    // Entry offsets of each row, so entries are marked by (row, position in row).
-    let starts: Vec<usize> = (0..n)
-        .scan(0, |s, e| {
-            let start = *s;
-            *s += j.row(e).count();
-            Some(start)
-        })
-        .collect();
     for &e in &order[..n_warm] {
-        revealed[starts[e]..starts[e] + j.row(e).count()].fill(true);
+        revealed[j.entry_range(e)].fill(true);
     }
     let mut params = fit(j, &revealed, cfg)?;
     for (i, chunk) in order[n_warm..].chunks(cfg.refit_every).enumerate() {
@@ -91,7 +84,7 @@ pub fn replay_adaptive(j: &Judgments, cfg: &AdaptiveConfig) -> Result<AdaptiveRe
             let mut asked: Vec<(usize, usize)> = Vec::new();
             for &judge in &ranking {
                 let Some(pos) = row.iter().position(|&(k, _)| k == judge) else { continue };
-                revealed[starts[e] + pos] = true;
+                revealed[j.entry_range(e).start + pos] = true;
                 asked.push(row[pos]);
                 if asked.len() >= cfg.min_judges && top_posterior(&params, &asked) >= cfg.target {
                     break;

@@ -83,6 +83,12 @@ impl Judgments {
         self.judges[lo..hi].iter().zip(self.probs[lo * c..hi * c].chunks_exact(c)).map(|(&k, p)| (k as usize, p))
     }
 
+    /// Where example `n`'s entries are among [`entries`](Self::entries): their positions
+    /// in that order, in the order [`row`](Self::row) yields them.
+    pub fn entry_range(&self, n: usize) -> std::ops::Range<usize> {
+        self.row_start[n]..self.row_start[n + 1]
+    }
+
     /// Every present entry: (example, judge, probability vector), example-major.
     pub fn entries(&self) -> impl Iterator<Item = (usize, usize, &[f64])> + '_ {
         (0..self.n_examples()).flat_map(move |n| self.row(n).map(move |(k, p)| (n, k, p)))
@@ -417,6 +423,22 @@ mod tests {
             assert_eq!(found, built.n_present());
             assert!(found > 100 && found < 30 * 7, "{found} present");
         }
+    }
+
+    #[test]
+    fn entry_ranges_locate_each_rows_entries() {
+        let mut b = JudgmentsBuilder::new(2).unwrap();
+        for (e, j, p) in [("a", "x", 0.1), ("b", "y", 0.2), ("a", "y", 0.3), ("c", "x", 0.4), ("c", "y", 0.5)] {
+            b.push_binary(e, j, Some(p)).unwrap();
+        }
+        let m = b.build();
+        let entries: Vec<(usize, usize, f64)> = m.entries().map(|(n, k, p)| (n, k, p[1])).collect();
+        for n in 0..m.n_examples() {
+            let from_range: Vec<(usize, usize, f64)> = entries[m.entry_range(n)].to_vec();
+            let from_row: Vec<(usize, usize, f64)> = m.row(n).map(|(k, p)| (n, k, p[1])).collect();
+            assert_eq!(from_range, from_row);
+        }
+        assert_eq!(m.entry_range(2).len(), 2);
     }
 
     #[test]

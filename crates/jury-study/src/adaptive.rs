@@ -3,6 +3,7 @@
 //! labels where they exist (labels only score; the rule never reads them). Its file is
 //! adaptive.json, typed here and serialised nowhere else.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use jury_aggregate::{AdaptiveConfig, Aggregator, DawidSkene, replay_adaptive};
@@ -50,10 +51,6 @@ pub struct AdaptivePoint {
     pub share_of_calls: f64,
 }
 
-impl AdaptiveStudy<'_> {
-    pub const FILE: &'static str = "adaptive.json";
-}
-
 /// Replays the rule at the chosen setting and over the grid.
 pub fn adaptive_study<'a>(
     j: &'a Judgments,
@@ -66,7 +63,15 @@ pub fn adaptive_study<'a>(
     let mut curve = Vec::new();
     for &target in &s.targets {
         for &warmup in &s.warmups {
-            let r = replay_adaptive(j, &AdaptiveConfig { target, warmup, ..s.chosen })?;
+            let cfg = AdaptiveConfig { target, warmup, ..s.chosen };
+            // The chosen setting is usually on the grid: replayed once.
+            let other;
+            let r = if cfg == s.chosen {
+                &chosen
+            } else {
+                other = replay_adaptive(j, &cfg)?;
+                &other
+            };
             curve.push(AdaptivePoint {
                 target,
                 warmup,
@@ -93,6 +98,8 @@ pub fn adaptive_study<'a>(
 }
 
 impl AdaptiveStudy<'_> {
+    pub const FILE: &'static str = "adaptive.json";
+
     /// Writes adaptive.json into `dir`, atomically.
     pub fn write(&self, dir: &Path) -> Result<(), StudyError> {
         let text = serde_json::to_string_pretty(self)?;
@@ -115,14 +122,15 @@ impl AdaptiveStudy<'_> {
             100.0 * self.calls as f64 / self.full_calls.max(1) as f64
         );
         for p in &self.curve {
-            out.push_str(&format!(
-                "{:<7} {:<8} {:>8} {:>6} {:>5.1}%\n",
+            let _ = writeln!(
+                out,
+                "{:<7} {:<8} {:>8} {:>6} {:>5.1}%",
                 p.target,
                 p.warmup,
                 pct(p.accuracy),
                 p.calls,
                 100.0 * p.share_of_calls
-            ));
+            );
         }
         out
     }
