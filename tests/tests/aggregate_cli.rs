@@ -96,6 +96,25 @@ fn aggregates_and_scores_a_simulated_jury() {
     assert_eq!(first[7], if p > 0.5 { "1" } else { "0" });
 }
 
+/// No --methods: the recommended method first, named in metrics.json with its
+/// label-free diagnostic, then avg, mv and ds.
+#[test]
+fn the_default_methods_start_with_the_recommended_one() {
+    let dir = tempfile::tempdir().unwrap();
+    simulate(dir.path(), 400);
+    let out_dir = dir.path().join("out");
+    let j = dir.path().join("judgments.csv");
+    let out = jury(&["aggregate", "--judgments", path_str(&j), "--out", path_str(&out_dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(m["recommended_method"], "gauss");
+    let names: Vec<&String> = m["methods"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["gauss", "avg", "mv", "ds"]);
+    assert!(m["methods"]["gauss"]["held_out_gain"].as_f64().is_some_and(f64::is_finite), "{}", m["methods"]["gauss"]);
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    assert!(predictions.starts_with("example_id,gauss_p,gauss_label,avg_p,"), "{predictions}");
+}
+
 #[test]
 fn without_labels_still_writes_predictions() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,7 +187,7 @@ fn bad_inputs_fail_with_file_and_row() {
     let e = expect_error(("j.csv", GOOD), None, &["--methods", "avg,wisdom"]);
     assert!(
         e.contains(
-            "invalid value 'wisdom' for '--methods <METHODS>'; [possible values: avg, mv, ds, wawa, zbs, onecoin, glad,"
+            "invalid value 'wisdom' for '--methods <METHODS>'; [possible values: recommended, avg, mv, ds, wawa,"
         ),
         "{e}"
     );
@@ -237,7 +256,9 @@ fn three_classes_from_a_jsonl_list_column() {
     }
     assert_eq!(m["methods"]["ds"]["confusion"]["a"].as_array().unwrap().len(), 3);
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
-    assert!(predictions.starts_with("example_id,label,avg_p0,avg_p1,avg_p2,avg_label,mv_p0,"), "{predictions}");
+    // Three classes: the recommended method is Dawid-Skene, so it comes first.
+    assert_eq!(m["recommended_method"], "ds");
+    assert!(predictions.starts_with("example_id,label,ds_p0,ds_p1,ds_p2,ds_label,avg_p0,"), "{predictions}");
 }
 
 /// The context-dependent methods on three classes (the paper's Appendix F form) with the
@@ -825,6 +846,9 @@ fn a_crowd_of_200000_judges_each_on_its_own_example_aggregates_and_reports() {
     let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
     assert_eq!((m["n_examples"].as_u64(), m["n_judges"].as_u64()), (Some(200_000), Some(200_000)));
     assert_eq!(m["methods"]["mv"]["accuracy"].as_f64(), Some(1.0), "every vote is right");
+    // Too many judges for the correlation-aware default: Dawid-Skene stands in.
+    assert_eq!(m["recommended_method"], "ds");
+    assert!(m["methods"].get("gauss").is_none());
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("The 30 judges with the most judgments of 200000"));
     assert!(report.len() < 2_000_000, "report of {} bytes", report.len());

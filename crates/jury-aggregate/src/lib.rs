@@ -8,9 +8,12 @@
 
 mod adaptive;
 mod average;
+mod care;
 mod dawid_skene;
+mod gauss;
 mod glad;
 mod kos;
+mod linalg;
 mod mace;
 mod mmsr;
 mod onecoin;
@@ -22,7 +25,9 @@ mod wawa;
 
 pub use adaptive::{AdaptiveConfig, AdaptiveReplay, replay_adaptive};
 pub use average::AverageProb;
+pub use care::Care;
 pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
+pub use gauss::CorrelatedGaussian;
 pub use glad::Glad;
 pub use kos::Kos;
 pub use mace::Mace;
@@ -43,6 +48,25 @@ pub enum AggregateError {
     Config { method: &'static str, reason: String },
     #[error("{method}: produced invalid posteriors (a bug): {source}")]
     Internal { method: &'static str, source: CoreError },
+}
+
+/// The most judges the correlation-aware methods (care, gauss) take: they hold
+/// judges x judges matrices and spend O(judges^2) per example, which a sparse crowd of
+/// thousands of judges cannot afford.
+pub const MAX_CORRELATED_JUDGES: usize = 500;
+
+/// The one-line refusal of a jury too large for a correlation-aware method.
+fn check_correlated(method: &'static str, j: &Judgments) -> Result<(), AggregateError> {
+    if j.n_judges() > MAX_CORRELATED_JUDGES {
+        return Err(AggregateError::Config {
+            method,
+            reason: format!(
+                "models the correlations of at most {MAX_CORRELATED_JUDGES} judges; these judgments have {}",
+                j.n_judges()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A method that combines judges without reference labels.
@@ -105,6 +129,10 @@ pub struct SkillReport {
     pub ties: usize,
     /// Examples with no judgment (their posterior is the method's prior).
     pub unjudged: usize,
+    /// A label-free check of the correlations a method models, where it has one: the
+    /// held-out log-likelihood per example of its correlated model minus the model with
+    /// the judges independent given the class (positive: the correlations are real).
+    pub held_out_gain: Option<f64>,
 }
 
 impl SkillReport {
@@ -115,7 +143,7 @@ impl SkillReport {
         converged: bool,
         objective: Option<f64>,
     ) -> Self {
-        Self { meaning, skills, iterations, converged, objective, ties: 0, unjudged: 0 }
+        Self { meaning, skills, iterations, converged, objective, ties: 0, unjudged: 0, held_out_gain: None }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Properties every aggregator must keep on arbitrary small juries with missing entries.
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, ClassPrior, DawidSkene, DawidSkeneConfig, Diagnostics, EmInit, Glad, Kos,
-    Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak, Wawa, ZeroBasedSkill,
+    Aggregation, Aggregator, AverageProb, Care, ClassPrior, CorrelatedGaussian, DawidSkene, DawidSkeneConfig,
+    Diagnostics, EmInit, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak, Wawa, ZeroBasedSkill,
 };
 use jury_core::Judgments;
 use proptest::prelude::*;
@@ -61,6 +61,8 @@ fn suite(n_classes: usize) -> Vec<Box<dyn Aggregator>> {
     ];
     if n_classes == 2 {
         v.push(Box::new(Kos::new(t)));
+        v.push(Box::new(Care::new(t)));
+        v.push(Box::new(CorrelatedGaussian::new(DawidSkeneConfig::default())));
     }
     v.push(Box::new(Mace { restarts: 2, n_iter: 20, ..Mace::new(t, 3) }));
     v

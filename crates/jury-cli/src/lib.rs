@@ -177,7 +177,8 @@ mod tests {
         assert!(line.starts_with("invalid value 'x' for '--methods <METHODS>'"), "{line}");
         assert!(
             line.contains(
-                "[possible values: avg, mv, ds, wawa, zbs, onecoin, glad, mace, mmsr, kos, train-on-mv, crowdlayer, \
+                "[possible values: recommended, avg, mv, ds, wawa, zbs, onecoin, glad, mace, mmsr, kos, care, gauss, \
+                 train-on-mv, crowdlayer, \
                  skillagg-noreg, skillagg, skillagg-x]"
             ),
             "{line}"

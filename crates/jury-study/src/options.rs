@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use jury_aggregate::{ClassPrior, DawidSkeneConfig, EmInit, TieBreak};
+use jury_aggregate::{Care, ClassPrior, CorrelatedGaussian, DawidSkeneConfig, EmInit, TieBreak};
 use jury_neural::{ComputeDevice, NeuralMethod, NeuralOptions, Recipe, SkillInit};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -14,6 +14,11 @@ use crate::StudyError;
 /// An aggregation method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum Method {
+    /// The recommended default: gauss for two classes, ds for more (see
+    /// [`Method::recommended`]).
+    #[value(name = "recommended")]
+    #[serde(rename = "recommended")]
+    Recommended,
     /// AverageProb: the mean of the judges' probabilities.
     #[value(name = "avg")]
     #[serde(rename = "avg")]
@@ -54,6 +59,16 @@ pub enum Method {
     #[value(name = "kos")]
     #[serde(rename = "kos")]
     Kos,
+    /// CARE-SVD: judges weighted by the quality factor of a sparse plus low-rank split of
+    /// their log-odds' precision matrix (Zhao et al. 2026), two classes.
+    #[value(name = "care")]
+    #[serde(rename = "care")]
+    Care,
+    /// Dawid-Skene refined by a class-conditional Gaussian over the judges' log-odds with
+    /// correlated errors, two classes.
+    #[value(name = "gauss")]
+    #[serde(rename = "gauss")]
+    Gauss,
     /// A context model trained on majority-vote labels (needs contexts and labels).
     #[value(name = "train-on-mv")]
     #[serde(rename = "train-on-mv")]
@@ -77,10 +92,19 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method `recommended` stands for on judgments with `n_classes` classes and
+    /// `n_judges` judges: the correlation-aware gauss for two classes and at most
+    /// `jury_aggregate::MAX_CORRELATED_JUDGES` judges (chosen on HaluEval and half of
+    /// TruthfulQA, docs/reproduction.md), Dawid-Skene otherwise.
+    pub fn recommended(n_classes: usize, n_judges: usize) -> Method {
+        if n_classes == 2 && n_judges <= jury_aggregate::MAX_CORRELATED_JUDGES { Method::Gauss } else { Method::Ds }
+    }
+
     /// The context-dependent method this is, if it is one.
     fn neural(self) -> Option<NeuralMethod> {
         match self {
-            Method::Avg
+            Method::Recommended
+            | Method::Avg
             | Method::Mv
             | Method::Ds
             | Method::Wawa
@@ -89,7 +113,9 @@ impl Method {
             | Method::Glad
             | Method::Mace
             | Method::Mmsr
-            | Method::Kos => None,
+            | Method::Kos
+            | Method::Care
+            | Method::Gauss => None,
             Method::TrainOnMv => Some(NeuralMethod::TrainOnMv),
             Method::Crowdlayer => Some(NeuralMethod::Crowdlayer),
             Method::SkillAggNoReg => Some(NeuralMethod::SkillAggNoReg),
@@ -209,7 +235,7 @@ impl std::fmt::Display for SkillStart {
 pub struct AggregateOptions {
     /// Methods, comma-separated (a list in YAML). The context-dependent ones need
     /// --contexts and labels for the dev set.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Method::Avg, Method::Mv, Method::Ds])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Method::Recommended, Method::Avg, Method::Mv, Method::Ds])]
     #[serde(deserialize_with = "one_or_list")]
     pub methods: Vec<Method>,
     /// Tie rule for avg and mv (and ds's final labels).
@@ -230,6 +256,12 @@ pub struct AggregateOptions {
     /// Dawid-Skene tolerance on parameter change; 0 runs exactly --ds-max-iter iterations.
     #[arg(long, default_value_t = 1e-6)]
     pub ds_tol: f64,
+    /// CARE's weight of the sparse part against the low-rank part (gamma).
+    #[arg(long, default_value_t = Care::DEFAULT_GAMMA)]
+    pub care_gamma: f64,
+    /// EM steps of gauss after its Dawid-Skene start.
+    #[arg(long, default_value_t = CorrelatedGaussian::DEFAULT_STEPS)]
+    pub gauss_steps: usize,
     /// Example contexts for the context-dependent methods: example_id, text.
     #[arg(long)]
     pub contexts: Option<PathBuf>,
@@ -306,13 +338,15 @@ pub struct AggregateOptions {
 impl Default for AggregateOptions {
     fn default() -> Self {
         Self {
-            methods: vec![Method::Avg, Method::Mv, Method::Ds],
+            methods: vec![Method::Recommended, Method::Avg, Method::Mv, Method::Ds],
             ties: Ties::Positive,
             seed: 0,
             ds_prior: DsPrior::Uniform,
             ds_init: DsInit::Mv,
             ds_max_iter: 100,
             ds_tol: 1e-6,
+            care_gamma: Care::DEFAULT_GAMMA,
+            gauss_steps: CorrelatedGaussian::DEFAULT_STEPS,
             contexts: None,
             dev_size: 250,
             seeds: 5,
@@ -418,6 +452,8 @@ pub struct Settings {
     pub(crate) methods: Vec<Method>,
     pub(crate) ties: TieBreak,
     pub(crate) ds: DawidSkeneConfig,
+    pub(crate) care_gamma: f64,
+    pub(crate) gauss_steps: usize,
     pub(crate) neural: Vec<NeuralMethod>,
     /// The context-dependent methods' settings, with the encoder as written until
     /// [`Settings::resolve_encoder`] finds it.
@@ -448,6 +484,12 @@ impl Settings {
             return Err(bad("--ds-tol", format!("{}: expected a finite number, 0 or more", a.ds_tol)));
         }
         let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, ties };
+        if !(a.care_gamma.is_finite() && a.care_gamma > 0.0) {
+            return Err(bad("--care-gamma", format!("{}: expected a finite number above 0", a.care_gamma)));
+        }
+        if a.gauss_steps == 0 {
+            return Err(bad("--gauss-steps", "expected 1 or more".into()));
+        }
         if a.methods.is_empty() {
             return Err(bad("--methods", "is empty".into()));
         }
@@ -463,7 +505,17 @@ impl Settings {
         if neural_opts.is_some() && a.contexts.is_none() {
             return Err(StudyError::NeedsContexts);
         }
-        Ok(Self { methods, ties, ds, neural, neural_opts, contexts: a.contexts.clone(), seed: a.seed })
+        Ok(Self {
+            methods,
+            ties,
+            ds,
+            care_gamma: a.care_gamma,
+            gauss_steps: a.gauss_steps,
+            neural,
+            neural_opts,
+            contexts: a.contexts.clone(),
+            seed: a.seed,
+        })
     }
 
     /// Finds the encoder the options name (a local folder, or a hub id in the hub cache,
@@ -671,6 +723,8 @@ mod tests {
             ),
             (AggregateOptions { contexts: None, ..neural.clone() }, "--contexts FILE"),
             (AggregateOptions { ds_tol: -1.0, ..neural.clone() }, "--ds-tol"),
+            (AggregateOptions { care_gamma: 0.0, ..neural.clone() }, "--care-gamma"),
+            (AggregateOptions { gauss_steps: 0, ..neural.clone() }, "--gauss-steps"),
             (AggregateOptions { methods: vec![], ..neural.clone() }, "--methods"),
         ] {
             let err = Settings::new(&bad).unwrap_err().to_string();

@@ -47,6 +47,9 @@ pub struct Metrics<'a> {
     pub n_judges: usize,
     pub n_classes: usize,
     pub n_labeled: Option<usize>,
+    /// The method jury recommends for these judgments (`--methods recommended`): read its
+    /// column first.
+    pub recommended_method: &'a str,
     /// How much the whole jury agrees beyond chance (hard votes, label-free).
     pub agreement: AgreementMetrics,
     pub judges: Named<'a, JudgeMetrics>,
@@ -151,6 +154,9 @@ pub enum DiagnosticMetrics<'a> {
         skill: &'static str,
         /// Each judge's skill (null for a judge with no judgment).
         skills: Named<'a, Option<f64>>,
+        /// Held-out log-likelihood per example, correlated model minus independent one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        held_out_gain: Option<f64>,
         ties: usize,
         unjudged: usize,
     },
@@ -217,6 +223,7 @@ fn diagnostics<'a>(d: &'a Diagnostics, j: &'a Judgments) -> DiagnosticMetrics<'a
             objective: r.objective,
             skill: r.meaning,
             skills: Named(j.judge_names().iter().map(String::as_str).zip(r.skills.iter().copied()).collect()),
+            held_out_gain: r.held_out_gain,
             ties: r.ties,
             unjudged: r.unjudged,
         },
@@ -288,6 +295,7 @@ impl<'a> Study<'a> {
             n_judges: j.n_judges(),
             n_classes: j.n_classes(),
             n_labeled: labels.map(Labels::n_labeled),
+            recommended_method: self.recommended,
             agreement: {
                 let a = jury_metrics::jury_agreement(j);
                 AgreementMetrics {

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, DawidSkene, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, Wawa,
-    ZeroBasedSkill,
+    Aggregation, Aggregator, AverageProb, Care, CorrelatedGaussian, DawidSkene, Glad, Kos, Mace, MajorityVote, Mmsr,
+    OneCoinDawidSkene, Wawa, ZeroBasedSkill,
 };
 use jury_core::{Judgments, Labels};
 use jury_metrics::Split;
@@ -40,6 +40,8 @@ pub struct NeuralStudy {
 pub struct Study<'a> {
     pub judgments: &'a Judgments,
     pub labels: Option<&'a Labels>,
+    /// The name of the method `recommended` stands for on these judgments.
+    pub recommended: &'static str,
     pub methods: Vec<MethodRun>,
     pub neural: Option<NeuralStudy>,
 }
@@ -57,8 +59,26 @@ impl Settings {
             Method::Mace => Some(Box::new(Mace::new(self.ties, self.seed))),
             Method::Mmsr => Some(Box::new(Mmsr::new(self.ties))),
             Method::Kos => Some(Box::new(Kos::new(self.ties))),
+            Method::Care => Some(Box::new(Care { gamma: self.care_gamma, ..Care::new(self.ties) })),
+            Method::Gauss => {
+                Some(Box::new(CorrelatedGaussian { steps: self.gauss_steps, ..CorrelatedGaussian::new(self.ds) }))
+            }
+            Method::Recommended => None,
             _ => None,
         }
+    }
+
+    /// The context-free methods to run on `j`, in order: `recommended` replaced by the
+    /// method it stands for, each method once.
+    fn resolved_methods(&self, j: &Judgments) -> Vec<Method> {
+        let mut out: Vec<Method> = Vec::with_capacity(self.methods.len());
+        for &m in &self.methods {
+            let m = if m == Method::Recommended { Method::recommended(j.n_classes(), j.n_judges()) } else { m };
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+        out
     }
 }
 
@@ -70,8 +90,9 @@ pub fn run<'a>(
     settings: &Settings,
     note: &dyn Fn(&Note),
 ) -> Result<Study<'a>, StudyError> {
-    let mut methods = Vec::with_capacity(settings.methods.len());
-    for aggregator in settings.methods.iter().filter_map(|&m| settings.aggregator(m)) {
+    let resolved = settings.resolved_methods(judgments);
+    let mut methods = Vec::with_capacity(resolved.len());
+    for aggregator in resolved.iter().filter_map(|&m| settings.aggregator(m)) {
         let start = Instant::now();
         let aggregation = aggregator.aggregate(judgments)?;
         if let Some(n) = aggregation.posteriors().rows().position(|r| r.iter().any(|p| !p.is_finite())) {
@@ -95,7 +116,10 @@ pub fn run<'a>(
             Some(neural_study(runs, &methods, labels, &opts))
         }
     };
-    Ok(Study { judgments, labels, methods, neural })
+    let recommended = settings
+        .aggregator(Method::recommended(judgments.n_classes(), judgments.n_judges()))
+        .map_or("ds", |a| a.name());
+    Ok(Study { judgments, labels, recommended, methods, neural })
 }
 
 fn neural_study(runs: Vec<NeuralRun>, methods: &[MethodRun], labels: &Labels, opts: &NeuralOptions) -> NeuralStudy {
