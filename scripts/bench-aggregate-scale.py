@@ -1,7 +1,8 @@
 """Aggregation at scale (run through scripts/bench-aggregate-scale): writes the three
 judgments files, runs `jury aggregate --methods avg,mv,ds` on each and prints wall time
 and peak resident memory (median of three runs); then each of the other label-free
-methods alone on the dense and the sparse file (one run each)."""
+methods alone on the dense and the sparse file, and care and gauss on the dense one (one
+run each)."""
 import os, random, shutil, subprocess, sys, tempfile
 
 jury = sys.argv[1]
@@ -45,6 +46,9 @@ def long_line(path, size=128_000_000):
 
 
 SUITE = ["wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]
+# The correlation-aware methods refuse juries of over 500 judges (jury_aggregate::
+# MAX_CORRELATED_JUDGES), so they run on the dense file only.
+CORRELATED = ["care", "gauss"]
 
 
 def run(path, out, methods="avg,mv,ds"):
@@ -84,4 +88,9 @@ for method in SUITE:
         cells.extend(run(os.path.join(work, file), out, method))
         shutil.rmtree(out)
     print(f"{method:<10} {cells[0]:>8.1f} {cells[1]:>14.0f} {cells[2]:>9.1f} {cells[3]:>15.0f}", flush=True)
+for method in CORRELATED:
+    out = os.path.join(work, f"out-{method}-dense")
+    secs, peak = run(os.path.join(work, "dense.csv"), out, method)
+    shutil.rmtree(out)
+    print(f"{method:<10} {secs:>8.1f} {peak:>14.0f} {'refused':>9} {'-':>15}", flush=True)
 shutil.rmtree(work)
