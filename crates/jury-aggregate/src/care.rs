@@ -43,6 +43,9 @@ impl Care {
     }
 }
 
+/// The floor of the correlation matrix's eigenvalues in the decomposition.
+const MIN_EIGENVALUE: f64 = 1e-3;
+
 /// ADMM's penalty parameter (the correlation matrix has unit diagonal, so 1 is on scale).
 const RHO: f64 = 1.0;
 
@@ -80,16 +83,19 @@ impl Aggregator for Care {
         let mut values = Vec::with_capacity(2 * j.n_examples());
         let mut unjudged = 0;
         for n in 0..j.n_examples() {
-            let (mut num, mut den) = (0.0, 0.0);
+            let (mut num, mut den, mut size) = (0.0, 0.0, 0.0);
             for (k, p) in j.row(n) {
                 num += weights[k] * log_odds(p[1]);
                 den += weights[k];
+                size += weights[k].abs();
             }
             if j.row(n).len() == 0 {
                 unjudged += 1;
             }
-            // Judges whose weights cancel out (or none at all) leave the example undecided.
-            let p1 = if den.abs() > 1e-12 { sigmoid(num / den) } else { 0.5 };
+            // Judges whose weights cancel out (or none at all) leave the example
+            // undecided: dividing by what rounding left of their sum would pick a side
+            // by the order of the additions.
+            let p1 = if den.abs() > 1e-9 * size && size > 0.0 { sigmoid(num / den) } else { 0.5 };
             values.extend([1.0 - p1, p1]);
         }
         let (labels, ties) = self.ties.label_all(&values, 2);
@@ -157,9 +163,11 @@ struct Decomposition {
 /// The R-step is exact in O's eigenbasis: `(0.5 (l_i + l_j) + rho) R'_ij = (I + rho (Z - U))'_ij`.
 fn decompose(o: &[f64], m: usize, gamma: f64, max_iter: usize, tol: f64) -> Decomposition {
     let lambda = 4e-3 / (m as f64).sqrt();
-    // Pairwise correlations need not form a PSD matrix; the loss is convex only for PSD O.
+    // Pairwise correlations need not form a PSD matrix, and the loss is bounded below
+    // only for a positive definite O (a singular one, as from judges that always agree,
+    // lets R grow without end along its null space): its eigenvalues are floored.
     let (ol, ov) = sym_eigen(o, m);
-    let ol: Vec<f64> = ol.iter().map(|&l| l.max(0.0)).collect();
+    let ol: Vec<f64> = ol.iter().map(|&l| l.max(MIN_EIGENVALUE)).collect();
     let (mut s, mut l, mut u) = (crate::linalg::identity(m), vec![0.0; m * m], vec![0.0; m * m]);
     let (mut iterations, mut converged) = (0, false);
     let mut rhs = vec![0.0; m * m];

@@ -1,0 +1,69 @@
+"""The fleet benchmark's driver (run through scripts/bench-fleet): for 1, 8, 32, 64 and 128 fake
+servers, writes a data set of statements sized to about 8 seconds at the ideal rate,
+runs `jury run` on it REPS times (a fresh output directory, so nothing comes from the
+cache) and prints jury's judging rate against the ideal."""
+import json, os, shutil, statistics, subprocess, sys, tempfile
+
+jury, fleet_bin, delay_ms, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+IN_FLIGHT = 8
+work = tempfile.mkdtemp(prefix="jury-bench-fleet-")
+repo = os.getcwd()
+
+
+def run_once(urls, n, tag):
+    data = os.path.join(work, f"data-{n}.csv")
+    if not os.path.exists(data):
+        with open(data, "w") as f:
+            f.write("id,statement,label\n")
+            for i in range(n):
+                f.write(f"s{i},Statement number {i} is about the number {i * 7919 % 10007}.,{'true' if i % 2 else 'false'}\n")
+    out = os.path.join(work, f"out-{tag}")
+    config = os.path.join(work, f"{tag}.yaml")
+    with open(config, "w") as f:
+        f.write(f"""name: bench-fleet
+dataset:
+  name: demo-facts
+  path: {data}
+prompt: {repo}/prompts/demo-facts.yaml
+judges:
+  - name: fleet
+    server:
+      base_urls: {json.dumps(urls)}
+      model: fake
+      max_in_flight: {IN_FLIGHT}
+      timeout_s: 30
+      retries: 2
+      top_logprobs: 5
+aggregate:
+  methods: [mv]
+output: {out}
+""")
+    r = subprocess.run([jury, "run", config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"jury run failed: {r.stderr[-2000:]}")
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    judge = m["judges"][0]
+    shutil.rmtree(out)
+    if judge["scored"] != n:
+        sys.exit(f"{tag}: scored {judge['scored']} of {n}")
+    return judge["scored"] / judge["judge_seconds"]
+
+
+rows = []
+try:
+    for servers in (1, 8, 32, 64, 128):
+        fleet = subprocess.Popen([fleet_bin, str(servers), str(delay_ms)], stdout=subprocess.PIPE, text=True)
+        try:
+            urls = [fleet.stdout.readline().strip() for _ in range(servers)]
+            ideal = servers * IN_FLIGHT * 1000 / delay_ms
+            n = max(200, int(ideal * 8))
+            rates = [run_once(urls, n, f"{servers}-{i}") for i in range(reps)]
+            rows.append((servers, n, ideal, statistics.median(rates)))
+        finally:
+            fleet.kill()
+            fleet.wait()
+finally:
+    shutil.rmtree(work)
+print(f"{'servers':>7} {'examples':>9} {'ideal/s':>9} {'jury/s':>9} {'share':>7}")
+for servers, n, ideal, rate in rows:
+    print(f"{servers:>7} {n:>9} {ideal:>9.0f} {rate:>9.0f} {100 * rate / ideal:>6.1f}%")
