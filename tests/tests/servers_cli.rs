@@ -434,3 +434,103 @@ fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
     assert_eq!(judged, n);
     assert!(close * 10 >= n * 9, "chat-prefill: only {close} of {n} within 0.03 of the in-process judge");
 }
+
+/// An adaptive run: two in-process judges and one on llama-server, a warm-up that every
+/// judge answers, then judges asked one at a time until Dawid-Skene settles an example.
+/// A run killed with SIGKILL at three moments and resumed each time asks no judge
+/// twice and ends with the same decisions and judgments as an uninterrupted run (byte
+/// for byte for the in-process judges).
+#[test]
+fn adaptive_run_stops_early_and_resumes_to_the_same_judgments() {
+    let _one = lock();
+    // One slot and no prefix cache in process: each judgment computed the same way in
+    // every run, whatever ran before it.
+    let server = llama_server(&qwen_gguf(), 1, 1);
+    let smollm = model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let judges = format!(
+        "  - name: smollm2-135m\n    gguf: {}\n  - name: local-qwen\n    gguf: {}\n    cost: 2\n{}    cost: 3\n",
+        smollm.display(),
+        qwen_gguf().display(),
+        server_judge("server-qwen", &[server.url()], "      top_logprobs: 100\n"),
+    );
+    let n = 24;
+    let adaptive = "adaptive: {target: 0.9, min_judges: 2, warmup: 0.25, seed: 1}\n";
+    let write = |dir: &Path| {
+        let cfg = experiment(dir, n, &judges, None);
+        let text = fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("output:", &format!("{adaptive}output:"))
+            .replace("prefix_cache: true", "prefix_cache: false");
+        fs::write(&cfg, text).unwrap();
+        cfg
+    };
+
+    let whole = tempfile::tempdir().unwrap();
+    run_ok(&write(whole.path()));
+    let m = manifest(whole.path())["adaptive"].clone();
+    assert_eq!(m["warmup_examples"], 6);
+    assert_eq!(m["full_calls"], 3 * n);
+    assert_eq!(m["order"], serde_json::json!(["smollm2-135m", "local-qwen", "server-qwen"]), "cheapest first");
+    let calls = m["calls"].as_u64().unwrap() as usize;
+    assert!(calls < 3 * n, "nothing stopped early: {m}");
+    let per: usize = m["calls_per_judge"].as_object().unwrap().values().map(|c| c.as_u64().unwrap() as usize).sum();
+    assert_eq!(per, calls);
+    let decisions = lines(&whole.path().join("out/adaptive.csv"));
+    assert_eq!(decisions[0], "example_id,asked,answered,stop,confidence");
+    assert_eq!(decisions.len(), n + 1);
+    for row in &decisions[1..] {
+        let f: Vec<&str> = row.split(',').collect();
+        let asked = f[1].split(';').count();
+        match f[3] {
+            "warm-up" => assert_eq!(asked, 3, "{row}"),
+            // Never before the minimum, never beyond the judges there are.
+            "settled" => assert!((2..=3).contains(&asked) && f[4].parse::<f64>().unwrap() >= 0.9, "{row}"),
+            "every-judge" => assert_eq!(asked, 3, "{row}"),
+            other => panic!("unknown stop {other}: {row}"),
+        }
+    }
+    // Every judgment asked for is in judgments.csv and the cache, once.
+    assert_eq!(lines(&whole.path().join("out/judgments.csv")).len(), calls + 1);
+    assert_one_line_per_judgment(whole.path(), calls);
+
+    let killed = tempfile::tempdir().unwrap();
+    let cfg = write(killed.path());
+    let cache = killed.path().join("out/cache.jsonl");
+    for at in [4, 20, 30] {
+        let mut child = Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while lines(&cache).len() < at && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    run_ok(&cfg);
+    // The in-process judges' lines are byte for byte the same. llama-server is not
+    // bit-reproducible across request histories (a slot reuses the KV cache of the
+    // prompt before it), so the server judge's probabilities agree to 0.02 and the
+    // decisions (who was asked, why it stopped) are the same.
+    let read = |dir: &Path, file: &str| lines(&dir.join("out").join(file));
+    let (a, b) = (read(whole.path(), "judgments.csv"), read(killed.path(), "judgments.csv"));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        let (fx, fy): (Vec<&str>, Vec<&str>) = (x.split(',').collect(), y.split(',').collect());
+        assert_eq!(fx[..2], fy[..2], "{x}\n vs {y}");
+        if fx[1] == "server-qwen" {
+            let (px, py): (f64, f64) = (fx[2].parse().unwrap(), fy[2].parse().unwrap());
+            assert!((px - py).abs() <= 0.02, "{x}\n vs {y}");
+        } else {
+            assert_eq!(x, y, "judgments.csv differs after the kills");
+        }
+    }
+    let (a, b) = (read(whole.path(), "adaptive.csv"), read(killed.path(), "adaptive.csv"));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b).skip(1) {
+        let (fx, fy): (Vec<&str>, Vec<&str>) = (x.split(',').collect(), y.split(',').collect());
+        assert_eq!(fx[..4], fy[..4], "adaptive.csv: another decision after the kills");
+        if let (Ok(cx), Ok(cy)) = (fx[4].parse::<f64>(), fy[4].parse::<f64>()) {
+            assert!((cx - cy).abs() <= 0.02, "{x}\n vs {y}");
+        }
+    }
+    assert_one_line_per_judgment(killed.path(), calls);
+}

@@ -70,6 +70,17 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
             s.judge, s.scored, s.from_cache, s.failed, s.seconds
         );
     }
+    if let Some(a) = &run.adaptive {
+        let (calls, full) = (a.calls(), a.full_calls());
+        let per: Vec<String> =
+            a.judge_names.iter().zip(a.calls_per_judge()).map(|(name, n)| format!("{name} {n}")).collect();
+        println!(
+            "adaptive: {calls} of the full jury's {full} judge calls ({:.1}% saved; {} warm-up examples); per judge: {}",
+            if full > 0 { 100.0 * (1.0 - calls as f64 / full as f64) } else { 0.0 },
+            a.warmup_examples,
+            per.join(", ")
+        );
+    }
     println!();
     let study = jury_study::run(&run.judgments, Some(&run.labels), &settings, &aggregate::print_note)?;
     aggregate::write(&study, layout.staging_dir(), layout.dir())?;

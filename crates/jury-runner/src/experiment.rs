@@ -38,6 +38,10 @@ pub struct Experiment<A> {
     pub runtime: Runtime,
     #[serde(default)]
     pub aggregate: A,
+    /// Ask judges adaptively: every judge on a warm-up share of the examples, then each
+    /// other example asks judges one by one until its verdict is settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<Adaptive>,
     pub output: PathBuf,
     /// Replace an output directory that holds another experiment's output or files jury
     /// did not write (`jury run --force`).
@@ -85,6 +89,63 @@ pub struct JudgeEntry {
     /// mistral.rs builds from the GGUF (see `jury_judge::JudgeConfig::tokenizer`).
     #[serde(default)]
     pub tokenizer: Option<PathBuf>,
+    /// What one judgment by this judge costs, in any unit (adaptive runs ask cheaper
+    /// judges first and report the cost; default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+/// The adaptive jury's settings (`adaptive:`); the defaults are those of
+/// `jury simulate adaptive`, chosen on the recorded juries (docs/reproduction.md).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Adaptive {
+    /// An example stops once Dawid-Skene's posterior of its top class reaches this.
+    pub target: f64,
+    /// Judges that must have answered an example before it may stop.
+    pub min_judges: usize,
+    /// Share of the examples (drawn with `seed`, at least one) that every judge answers
+    /// first, so the model is fitted before anything stops.
+    pub warmup: f64,
+    pub seed: u64,
+    /// Every judge by name, in the order examples ask them; default: cheaper first
+    /// (`cost`), then by the warm-up's estimated skill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<String>>,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        let d = jury_aggregate::AdaptiveConfig::default();
+        Self { target: d.target, min_judges: d.min_judges, warmup: d.warmup, seed: d.seed, order: None }
+    }
+}
+
+impl Adaptive {
+    fn check(&self, judges: &[JudgeEntry]) -> Result<(), String> {
+        let in_unit = |x: f64| x > 0.0 && x <= 1.0;
+        if !in_unit(self.target) || !in_unit(self.warmup) {
+            return Err(format!("`target` and `warmup` must be in (0, 1] (got {} and {})", self.target, self.warmup));
+        }
+        if self.min_judges == 0 {
+            return Err("`min_judges` must be at least 1".into());
+        }
+        if let Some(order) = &self.order {
+            let mut seen = HashSet::new();
+            for name in order {
+                if !judges.iter().any(|j| &j.name == name) {
+                    return Err(format!("`order` names `{name}`, which is not a judge"));
+                }
+                if !seen.insert(name.as_str()) {
+                    return Err(format!("`order` names `{name}` twice"));
+                }
+            }
+            if let Some(j) = judges.iter().find(|j| !seen.contains(j.name.as_str())) {
+                return Err(format!("`order` leaves out judge `{}`", j.name));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A judge on inference servers (README, "Judges on inference servers").
@@ -215,6 +276,14 @@ impl<A> Experiment<A> {
         if self.dataset.limit == Some(0) {
             return Err(invalid("dataset: `limit` must be at least 1 (leave it out for every example)".into()));
         }
+        if let Some(a) = &self.adaptive {
+            if self.dataset.both_orders {
+                return Err(invalid(
+                    "adaptive: not with `dataset.both_orders` (each order would stop on its own)".into(),
+                ));
+            }
+            a.check(&self.judges).map_err(|reason| invalid(format!("adaptive: {reason}")))?;
+        }
         let mut names = HashSet::new();
         for j in &self.judges {
             if !names.insert(j.name.as_str()) {
@@ -232,6 +301,11 @@ impl<A> Experiment<A> {
 
 impl JudgeEntry {
     fn check(&self) -> Result<(), String> {
+        if let Some(c) = self.cost
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(format!("`cost` must be a number above 0 (got {c})"));
+        }
         let sources = [self.gguf.is_some(), self.model_id.is_some(), self.server.is_some()];
         if sources.iter().filter(|&&x| x).count() != 1 {
             return Err("give exactly one of `gguf`, `model_id` and `server`".into());
@@ -388,6 +462,32 @@ mod tests {
         assert_eq!(cpu.runtime.device, jury_judge::JudgeDevice::Cpu);
         let e = parse(&format!("{HEAD}{judges}runtime: {{device: gpu}}\n")).unwrap_err().to_string();
         assert!(e.contains("unknown variant `gpu`") && e.contains("auto") && e.contains("cpu"), "{e}");
+    }
+
+    #[test]
+    fn adaptive_settings_are_checked_before_anything_loads() {
+        let judges = "judges:\n  - {name: a, model_id: m, cost: 2}\n  - {name: b, model_id: n}\n";
+        let ok = parse(&format!("{HEAD}{judges}adaptive: {{target: 0.9}}\n")).unwrap();
+        let a = ok.adaptive.unwrap();
+        assert_eq!((a.target, a.min_judges, a.warmup), (0.9, 2, 0.1));
+        assert_eq!(ok.judges[0].cost, Some(2.0));
+        for (bad, says) in [
+            ("adaptive: {target: 1.5}", "`target` and `warmup` must be in (0, 1]"),
+            ("adaptive: {warmup: 0}", "`target` and `warmup` must be in (0, 1]"),
+            ("adaptive: {min_judges: 0}", "`min_judges` must be at least 1"),
+            ("adaptive: {order: [a, c]}", "`order` names `c`, which is not a judge"),
+            ("adaptive: {order: [a, a]}", "`order` names `a` twice"),
+            ("adaptive: {order: [b]}", "`order` leaves out judge `a`"),
+            ("adaptive: {bogus: 1}", "unknown field `bogus`"),
+        ] {
+            let e = parse(&format!("{HEAD}{judges}{bad}\n")).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let cost = parse(&format!("{HEAD}judges:\n  - {{name: a, model_id: m, cost: -1}}\n")).unwrap_err();
+        assert!(cost.to_string().contains("judge `a`: `cost` must be a number above 0"), "{cost}");
+        let pairs = "name: t\ndataset: {name: llmbar, path: d.csv, both_orders: true}\nprompt: p.yaml\noutput: out\n";
+        let e = parse(&format!("{pairs}{judges}adaptive: {{}}\n")).unwrap_err().to_string();
+        assert!(e.contains("adaptive: not with `dataset.both_orders`"), "{e}");
     }
 
     #[test]

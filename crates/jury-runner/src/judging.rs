@@ -48,6 +48,8 @@ pub enum RunError {
     Write { path: std::path::PathBuf, reason: String },
     #[error("judge `{judge}`: every one of {n} examples failed; the first: {reason}")]
     AllFailed { judge: String, n: usize, reason: String },
+    #[error("adaptive: {0}")]
+    Adaptive(String),
     #[error("judge `{judge}`: the judging task ended abnormally: {reason}")]
     Task { judge: String, reason: String },
 }
@@ -254,6 +256,7 @@ pub async fn run_judge(
 }
 
 /// How to build one juror.
+#[derive(Clone)]
 pub enum JudgeSpec {
     /// In process. `model_sha256` identifies GGUF weights (with their tokenizer); for
     /// a `Pretrained` source it is computed after loading, once a hub download has put
@@ -285,6 +288,7 @@ impl JudgeSpec {
     }
 }
 
+#[derive(Clone)]
 pub struct Juror {
     pub name: String,
     pub template: Template,

@@ -5,12 +5,14 @@
 //! ([`OutputLayout`]). Aggregation is not here: a caller hands [`JuryRun::judgments`]
 //! to it, with its own options carried through [`Experiment`]'s type parameter.
 
+mod adaptive;
 mod experiment;
 mod judging;
 mod output;
 mod stages;
 
-pub use experiment::{DatasetConfig, Experiment, ExperimentError, JudgeEntry, Runtime, ServerEntry};
+pub use adaptive::{AdaptiveRecord, Decision, Stop};
+pub use experiment::{Adaptive, DatasetConfig, Experiment, ExperimentError, JudgeEntry, Runtime, ServerEntry};
 pub use judging::{
     Failure, JudgeResults, JudgeSpec, JudgeSummary, Juror, JurorInfo, JurorOutcome, RunError, ServerInfo,
     any_judgment_key, judgment_key, run_judge, run_jury, server_counters,

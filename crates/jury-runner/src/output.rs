@@ -12,6 +12,7 @@ use jury_datasets::{ContextStyle, Example};
 use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use serde::Serialize;
 
+use crate::adaptive::AdaptiveRecord;
 use crate::experiment::Experiment;
 use crate::judging::{JurorInfo, RunError};
 use crate::stages::JuryRun;
@@ -37,6 +38,8 @@ const PROMPTS: &str = "prompts.jsonl";
 const CONTEXTS: &str = "contexts.csv";
 const RESOLVED: &str = "config.resolved.yaml";
 const MANIFEST: &str = "manifest.json";
+/// An adaptive run's decision per example.
+const ADAPTIVE: &str = "adaptive.csv";
 /// Written by aggregation into [`OutputLayout::staging_dir`].
 const AGGREGATION: [&str; 3] =
     [jury_study::OutputLayout::FILES[0], jury_study::OutputLayout::FILES[1], jury_report::REPORT_FILE];
@@ -44,8 +47,9 @@ const AGGREGATION: [&str; 3] =
 impl OutputLayout {
     /// Every file a run may write.
     pub fn names() -> Vec<&'static str> {
-        let mut v =
-            vec![CACHE, JUDGMENTS, LABELS, FAILURES, BY_ORDER, PROMPTS, CONTEXTS, CATEGORIES, RESOLVED, MANIFEST];
+        let mut v = vec![
+            CACHE, JUDGMENTS, LABELS, FAILURES, BY_ORDER, PROMPTS, CONTEXTS, CATEGORIES, RESOLVED, MANIFEST, ADAPTIVE,
+        ];
         v.extend(AGGREGATION);
         v
     }
@@ -108,6 +112,11 @@ impl OutputLayout {
     /// Versions, model identities and template hashes, timings, per-server counters.
     pub fn manifest(&self) -> PathBuf {
         self.out.staged(MANIFEST)
+    }
+    /// An adaptive run's decisions: example_id, asked (judges in the order asked, `;`
+    /// between them), answered, stop (warm-up, settled, every-judge), confidence.
+    pub fn adaptive(&self) -> PathBuf {
+        self.out.staged(ADAPTIVE)
     }
 
     /// Gives the directory up after a failure that kept nothing (see
@@ -184,6 +193,9 @@ pub fn write_judging<A: Serialize>(
     if let Some(style) = contexts {
         write(layout.contexts(), &contexts_csv(examples, style))?;
     }
+    if let Some(a) = &run.adaptive {
+        write(layout.adaptive(), &adaptive_csv(a))?;
+    }
     let resolved = serde_yaml::to_string(exp)
         .map_err(|e| RunError::Write { path: layout.resolved_config(), reason: e.to_string() })?;
     write(layout.resolved_config(), &resolved)
@@ -211,6 +223,23 @@ fn judgments_csv(run: &JuryRun) -> String {
         }
     }
     table
+}
+
+fn adaptive_csv(a: &AdaptiveRecord) -> String {
+    let mut rows = String::from("example_id,asked,answered,stop,confidence\n");
+    for d in &a.decisions {
+        let asked: Vec<&str> = d.asked.iter().map(|&k| a.judge_names[k].as_str()).collect();
+        let _ = writeln!(
+            rows,
+            "{},{},{},{},{}",
+            csv_field(&d.example_id),
+            csv_field(&asked.join(";")),
+            d.answered,
+            d.stop.as_str(),
+            fmt_p(d.confidence)
+        );
+    }
+    rows
 }
 
 fn by_order_csv(run: &JuryRun) -> String {
@@ -250,6 +279,49 @@ pub struct Manifest<'a> {
     judges: Vec<JudgeManifest<'a>>,
     mean_captured_mass: BTreeMap<&'a str, f64>,
     total_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptive: Option<AdaptiveManifest<'a>>,
+}
+
+/// An adaptive run in the manifest: its settings, order and the calls it made.
+#[derive(Debug, Serialize)]
+struct AdaptiveManifest<'a> {
+    target: f64,
+    min_judges: usize,
+    warmup_examples: usize,
+    order: &'a [String],
+    /// Judge calls made (the warm-up's included) and those of the full jury.
+    calls: usize,
+    full_calls: usize,
+    /// Share of the full jury's calls not made.
+    calls_saved: f64,
+    calls_per_judge: BTreeMap<&'a str, usize>,
+    cost: f64,
+    full_cost: f64,
+    /// Examples per stop reason (warm-up, settled, every-judge).
+    stops: BTreeMap<&'static str, usize>,
+}
+
+impl<'a> AdaptiveManifest<'a> {
+    fn new(a: &'a AdaptiveRecord) -> Self {
+        let (calls, full_calls) = (a.calls(), a.full_calls());
+        let (cost, full_cost) = a.cost();
+        let mut stops = BTreeMap::new();
+        a.decisions.iter().for_each(|d| *stops.entry(d.stop.as_str()).or_insert(0) += 1);
+        Self {
+            target: a.settings.target,
+            min_judges: a.settings.min_judges,
+            warmup_examples: a.warmup_examples,
+            order: &a.order,
+            calls,
+            full_calls,
+            calls_saved: if full_calls > 0 { 1.0 - calls as f64 / full_calls as f64 } else { 0.0 },
+            calls_per_judge: a.judge_names.iter().map(String::as_str).zip(a.calls_per_judge()).collect(),
+            cost,
+            full_cost,
+            stops,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -335,6 +407,7 @@ impl<'a> Manifest<'a> {
             judges,
             mean_captured_mass: run.mean_captured_mass(),
             total_seconds,
+            adaptive: run.adaptive.as_ref().map(AdaptiveManifest::new),
         }
     }
 

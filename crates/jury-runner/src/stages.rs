@@ -166,6 +166,8 @@ pub struct JuryRun {
     /// The template the experiment names (path and SHA-256 of its text).
     pub template_sha256: String,
     pub seconds: f64,
+    /// An adaptive run's decisions and calls.
+    pub adaptive: Option<crate::adaptive::AdaptiveRecord>,
 }
 
 impl JuryRun {
@@ -214,8 +216,8 @@ impl<A> Prepared<'_, A> {
     }
 
     /// Runs every juror over the examples, all at once (server judges each on their
-    /// own, in-process ones one after another), on an async runtime of its own, and
-    /// collects the verdicts. The output directory is taken (locked, checked) first,
+    /// own, in-process ones one after another), or adaptively when the experiment says
+    /// so, on an async runtime of its own, and collects the verdicts. The output directory is taken (locked, checked) first,
     /// before any model loads; judgments go to its cache as they finish. Each cache
     /// record found damaged (and judged again) is handed to `dropped` before judging.
     pub fn judge(
@@ -242,11 +244,16 @@ impl<A> Prepared<'_, A> {
                 tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().map_err(|e| {
                     RunError::Setup { judge: "*".into(), reason: format!("starting the async runtime: {e}") }
                 })?;
-            rt.block_on(run_jury(jurors, examples.judged.clone(), cache, exp.runtime.dump_prompts, bars))
+            let keep = exp.runtime.dump_prompts;
+            match &exp.adaptive {
+                None => rt.block_on(run_jury(jurors, examples.judged.clone(), cache, keep, bars)).map(|o| (o, None)),
+                Some(a) => crate::adaptive::run(&rt, a, &exp.judges, jurors, &examples.original, cache, keep, bars)
+                    .map(|(o, record)| (o, Some(record))),
+            }
         })();
         // A run that fails before keeping any judgment (a judge that does not load, a
         // budget too small for the template) leaves no output folder it created.
-        let outcomes = match judged {
+        let (outcomes, adaptive) = match judged {
             Ok(o) => o,
             Err(e) => {
                 layout.abandon();
@@ -275,6 +282,7 @@ impl<A> Prepared<'_, A> {
             labels,
             template_sha256: jury_cache::key(&[template.source_text.as_bytes()]),
             seconds: started.elapsed().as_secs_f64(),
+            adaptive,
         };
         Ok((layout, run))
     }
