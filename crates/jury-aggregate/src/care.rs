@@ -56,15 +56,6 @@ impl Aggregator for Care {
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
         let method = self.name();
-        if j.n_examples() == 0 {
-            return Err(AggregateError::Empty { method });
-        }
-        if j.n_classes() != 2 {
-            return Err(AggregateError::Config {
-                method,
-                reason: format!("CARE weighs log-odds of two classes; these judgments have {}", j.n_classes()),
-            });
-        }
         crate::check_correlated(method, j)?;
         if !(self.gamma > 0.0 && self.gamma.is_finite()) || self.max_iter == 0 || self.tol.is_nan() || self.tol < 0.0 {
             return Err(AggregateError::Config {
@@ -99,10 +90,11 @@ impl Aggregator for Care {
             values.extend([1.0 - p1, p1]);
         }
         let (labels, ties) = self.ties.label_all(&values, 2);
-        let mut judged = vec![false; m];
-        j.entries().for_each(|(_, k, _)| judged[k] = true);
-        let skills =
-            weights.iter().zip(judged).map(|(w, judged)| (judged && total.abs() > 0.0).then(|| w / total)).collect();
+        let skills = weights
+            .iter()
+            .zip(crate::judged_judges(j))
+            .map(|(w, judged)| (judged && total.abs() > 0.0).then(|| w / total))
+            .collect();
         let mut report =
             SkillReport::new("weight in the jury's mean log-odds", skills, fit.iterations, fit.converged, None);
         report.ties = ties;

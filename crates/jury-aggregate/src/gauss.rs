@@ -76,18 +76,6 @@ impl Aggregator for CorrelatedGaussian {
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
         let method = self.name();
-        if j.n_examples() == 0 {
-            return Err(AggregateError::Empty { method });
-        }
-        if j.n_classes() != 2 {
-            return Err(AggregateError::Config {
-                method,
-                reason: format!(
-                    "the Gaussian over log-odds is for two classes; these judgments have {}",
-                    j.n_classes()
-                ),
-            });
-        }
         crate::check_correlated(method, j)?;
         if self.steps == 0 {
             return Err(AggregateError::Config { method, reason: "steps must be >= 1".into() });
@@ -97,14 +85,12 @@ impl Aggregator for CorrelatedGaussian {
         let mut t: Vec<f64> = ds.posteriors().rows().map(|r| r[1]).collect();
         let all: Vec<usize> = (0..j.n_examples()).collect();
         let mut model = fit(j, &x, &t, &all, Covariance::Full)?;
-        for step in 0..self.steps {
-            if step > 0 {
-                model = fit(j, &x, &t, &all, Covariance::Full)?;
-            }
+        t = posteriors(j, &x, &t, &model);
+        for _ in 1..self.steps {
+            model = fit(j, &x, &t, &all, Covariance::Full)?;
             t = posteriors(j, &x, &t, &model);
         }
-        let mut judged = vec![false; j.n_judges()];
-        j.entries().for_each(|(_, k, _)| judged[k] = true);
+        let judged = crate::judged_judges(j);
         let skills = separation(&model).into_iter().zip(judged).map(|(s, judged)| s.filter(|_| judged)).collect();
         let mut report = SkillReport::new(
             "separation of the judge's log-odds between the classes, in within-class standard deviations",

@@ -55,18 +55,30 @@ pub enum AggregateError {
 /// thousands of judges cannot afford.
 pub const MAX_CORRELATED_JUDGES: usize = 500;
 
-/// The one-line refusal of a jury too large for a correlation-aware method.
+/// The checks both correlation-aware methods make: some examples, two classes (they
+/// read log-odds), at most [`MAX_CORRELATED_JUDGES`] judges; each a one-line error.
 fn check_correlated(method: &'static str, j: &Judgments) -> Result<(), AggregateError> {
-    if j.n_judges() > MAX_CORRELATED_JUDGES {
-        return Err(AggregateError::Config {
-            method,
-            reason: format!(
-                "models the correlations of at most {MAX_CORRELATED_JUDGES} judges; these judgments have {}",
-                j.n_judges()
-            ),
-        });
+    if j.n_examples() == 0 {
+        return Err(AggregateError::Empty { method });
     }
-    Ok(())
+    let reason = if j.n_classes() != 2 {
+        format!("models the log-odds of two classes; these judgments have {}", j.n_classes())
+    } else if j.n_judges() > MAX_CORRELATED_JUDGES {
+        format!(
+            "models the correlations of at most {MAX_CORRELATED_JUDGES} judges; these judgments have {}",
+            j.n_judges()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(AggregateError::Config { method, reason })
+}
+
+/// Whether each judge judged at least one example, in the matrix's judge order.
+fn judged_judges(j: &Judgments) -> Vec<bool> {
+    let mut judged = vec![false; j.n_judges()];
+    j.entries().for_each(|(_, k, _)| judged[k] = true);
+    judged
 }
 
 /// A method that combines judges without reference labels.

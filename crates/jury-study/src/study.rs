@@ -63,7 +63,6 @@ impl Settings {
             Method::Gauss => {
                 Some(Box::new(CorrelatedGaussian { steps: self.gauss_steps, ..CorrelatedGaussian::new(self.ds) }))
             }
-            Method::Recommended => None,
             _ => None,
         }
     }
