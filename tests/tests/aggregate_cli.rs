@@ -884,6 +884,12 @@ fn simulate_adaptive_writes_the_replay() {
     assert_eq!(a["curve"].as_array().unwrap().len(), 2 * 3);
     let per_judge: u64 = a["calls_per_judge"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
     assert_eq!(per_judge, calls);
+    // The page plots accuracy against calls; `jury report` rewrites the same page.
+    let page = fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(page.contains("Accuracy against judge calls") && page.contains("<svg"));
+    let again = jury(&["report", path_str(&out_dir)]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(fs::read_to_string(out_dir.join("report.html")).unwrap(), page);
     // Without a subcommand, --out is still required, with a one-line error.
     let bare = jury(&["simulate", "--examples", "5"]);
     assert_eq!(bare.status.code(), Some(2));

@@ -23,7 +23,9 @@ mod vote;
 mod votes;
 mod wawa;
 
-pub use adaptive::{AdaptiveConfig, AdaptiveReplay, replay_adaptive};
+pub use adaptive::{
+    AdaptiveConfig, AdaptiveDecision, AdaptivePlan, AdaptiveReplay, AdaptiveStop, JudgeOrder, replay_adaptive,
+};
 pub use average::AverageProb;
 pub use care::Care;
 pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};

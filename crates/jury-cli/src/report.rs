@@ -11,7 +11,8 @@ use jury_report::{Inputs, REPORT_FILE};
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// An output folder of `jury run` or `jury aggregate` (metrics.json, predictions.csv),
-    /// `jury winrate` (winrate.json) or `jury rank` (ranking.json).
+    /// `jury winrate` (winrate.json), `jury rank` (ranking.json) or `jury simulate
+    /// adaptive` (adaptive.json).
     dir: PathBuf,
     /// The judgments the folder's results came from (default: DIR/judgments.csv, which
     /// `jury run` writes).
@@ -36,6 +37,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     for (file, render) in [
         ("winrate.json", jury_report::render_winrate as fn(&Path) -> Result<String, jury_report::ReportError>),
         ("ranking.json", jury_report::render_ranking),
+        ("adaptive.json", jury_report::render_adaptive),
     ] {
         if args.dir.join(file).is_file() {
             jury_report::write_page(&args.dir, &render(&args.dir)?)?;

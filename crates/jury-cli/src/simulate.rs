@@ -90,11 +90,16 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
         warmups: args.warmups,
     };
     let study = adaptive_study(&judgments, labels.as_ref(), &settings)?;
-    let out = args.files.open_out("simulate adaptive", &[AdaptiveStudy::FILE])?;
+    let out = args.files.open_out("simulate adaptive", &[AdaptiveStudy::FILE, jury_report::REPORT_FILE])?;
     study.write(out.staging_dir())?;
+    jury_report::write_page(out.staging_dir(), &jury_report::render_adaptive(out.staging_dir())?)?;
     out.publish()?;
     print!("{}", study.table());
-    println!("wrote {}", args.files.out.join(AdaptiveStudy::FILE).display());
+    println!(
+        "wrote {} and {}",
+        args.files.out.join(AdaptiveStudy::FILE).display(),
+        args.files.out.join(jury_report::REPORT_FILE).display()
+    );
     Ok(())
 }
 

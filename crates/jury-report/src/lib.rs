@@ -44,11 +44,12 @@ pub struct Inputs<'a> {
 pub const REPORT_FILE: &str = "report.html";
 
 /// The pages' templates (`.html`: minijinja escapes every value they print).
-const TEMPLATES: [(&str, &str); 4] = [
+const TEMPLATES: [(&str, &str); 5] = [
     ("base.html", include_str!("../templates/base.html")),
     ("report.html", include_str!("../templates/report.html")),
     ("winrate.html", include_str!("../templates/winrate.html")),
     ("rank.html", include_str!("../templates/rank.html")),
+    ("adaptive.html", include_str!("../templates/adaptive.html")),
 ];
 
 fn fill(name: &str, page: &impl serde::Serialize) -> Result<String, ReportError> {
@@ -73,6 +74,12 @@ pub fn render_winrate(dir: &Path) -> Result<String, ReportError> {
 /// The page of a `jury rank` output folder (ranking.json).
 pub fn render_ranking(dir: &Path) -> Result<String, ReportError> {
     fill("rank.html", &studies::ranking(dir)?)
+}
+
+/// The page of a `jury simulate adaptive` output folder (adaptive.json): accuracy
+/// against judge calls.
+pub fn render_adaptive(dir: &Path) -> Result<String, ReportError> {
+    fill("adaptive.html", &studies::adaptive(dir)?)
 }
 
 /// Writes `dir/report.html` from `html`, atomically.
@@ -216,6 +223,29 @@ mod study_tests {
 
     /// The win-rate page: a row per pair with winrate.json's numbers, generator names as
     /// text, an unidentifiable pair's reason, a chart.
+    /// The page of `jury simulate adaptive`'s file, written by jury-study's own writer:
+    /// the chosen setting marked, a chart when labels scored the curve, none without.
+    #[test]
+    fn adaptive_page_from_the_replays_file() {
+        let sim = jury_sim::simulate(&jury_sim::JuryConfig::mixed_binary(400, 3)).unwrap();
+        let labels = jury_core::Labels::new(2, sim.truth.iter().map(|&t| Some(t)).collect()).unwrap();
+        let settings = jury_study::AdaptiveSettings {
+            chosen: jury_aggregate::AdaptiveConfig::default(),
+            targets: vec![0.9, 0.95],
+            warmups: vec![0.1, 0.2],
+        };
+        for (with_labels, chart) in [(true, true), (false, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let l = with_labels.then_some(&labels);
+            jury_study::adaptive_study(&sim.judgments, l, &settings).unwrap().write(dir.path()).unwrap();
+            let html = render_adaptive(dir.path()).unwrap();
+            assert_eq!(html.contains("<svg"), chart, "{html}");
+            assert_eq!(html.matches("class=\"chosen\"").count(), 1, "{html}");
+            assert!(html.contains("Calls per judge") && html.contains(&sim.judgments.judge_names()[0]));
+            assert_eq!(html, render_adaptive(dir.path()).unwrap(), "deterministic");
+        }
+    }
+
     #[test]
     fn winrate_page_rows_and_escaping() {
         let dir = tempfile::tempdir().unwrap();

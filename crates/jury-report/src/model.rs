@@ -118,6 +118,47 @@ pub(crate) struct ManifestFile {
     /// distribution the verdict tokens took.
     #[serde(default)]
     pub(crate) mean_captured_mass: HashMap<String, f64>,
+    /// An adaptive run's calls.
+    #[serde(default)]
+    pub(crate) adaptive: Option<AdaptiveEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct AdaptiveEntry {
+    pub(crate) target: f64,
+    pub(crate) order: Vec<String>,
+    pub(crate) calls: usize,
+    pub(crate) full_calls: usize,
+    pub(crate) calls_saved: f64,
+    pub(crate) calls_per_judge: std::collections::BTreeMap<String, usize>,
+    pub(crate) stops: std::collections::BTreeMap<String, usize>,
+}
+
+impl AdaptiveEntry {
+    /// The header's lines: calls made and saved, the order with each judge's calls, and
+    /// why the examples stopped.
+    fn facts(&self) -> Vec<(String, String)> {
+        let order: Vec<String> = self
+            .order
+            .iter()
+            .map(|name| format!("{name} ({})", self.calls_per_judge.get(name).copied().unwrap_or(0)))
+            .collect();
+        let stops: Vec<String> = self.stops.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        vec![
+            (
+                "adaptive judge calls".to_owned(),
+                format!(
+                    "{} of the full jury's {} ({:.1}% saved), target {}",
+                    self.calls,
+                    self.full_calls,
+                    100.0 * self.calls_saved,
+                    self.target
+                ),
+            ),
+            ("adaptive order (calls)".to_owned(), order.join(", ")),
+            ("adaptive stops".to_owned(), stops.join(", ")),
+        ]
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -334,6 +375,9 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     }
     if let Some(s) = manifest.total_seconds {
         facts.push(("total time".to_owned(), format!("{s:.0} s")));
+    }
+    if let Some(a) = &manifest.adaptive {
+        facts.extend(a.facts());
     }
     let by_order = dir.join("judgments_by_order.csv");
     let consistency =

@@ -196,6 +196,63 @@ pub(crate) fn slopes(points: &[(f64, f64)], what: &str) -> Result<String, Report
     Ok(svg)
 }
 
+/// One setting of the adaptive rule: its share of the full jury's calls and accuracy.
+pub(crate) struct CostPoint {
+    pub share: f64,
+    pub accuracy: f64,
+    /// "target / warm-up".
+    pub label: String,
+    pub chosen: bool,
+}
+
+/// Accuracy against the share of judge calls, one point per setting (the chosen one
+/// larger), with the full jury's accuracy at 100% of the calls as a dashed line.
+pub(crate) fn accuracy_vs_calls(points: &[CostPoint], full: f64) -> Result<String, ReportError> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (520, 340)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (lo, hi) = points
+            .iter()
+            .map(|p| p.accuracy)
+            .chain([full])
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+        let pad = ((hi - lo) * 0.15).max(0.005);
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0.0..1.05, (lo - pad)..(hi + pad))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("share of the full jury's judge calls")
+            .y_desc("accuracy")
+            .x_label_formatter(&|x| format!("{:.0}%", 100.0 * x))
+            .y_label_formatter(&|y| format!("{:.1}", 100.0 * y))
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(DashedLineSeries::new([(0.0, full), (1.0, full)], 6, 4, BLACK.stroke_width(1)))
+            .map_err(err)?;
+        chart.draw_series([Circle::new((1.0, full), 4, BLACK.filled())]).map_err(err)?;
+        chart
+            .draw_series(
+                points.iter().map(|p| Circle::new((p.share, p.accuracy), if p.chosen { 6 } else { 4 }, JUDGE.filled())),
+            )
+            .map_err(err)?;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|p| Text::new(short(&p.label, 16), (p.share, p.accuracy), ("sans-serif", 11).into_font())),
+            )
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
 /// `s` cut to `n` characters with an ellipsis (charts only; tables keep names whole).
 fn short(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(std::iter::once('…')).collect() }

@@ -231,3 +231,109 @@ pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
     });
     Ok(RankPage { title: format!("ranking ({})", r.method), facts, rows, reference })
 }
+
+#[derive(Debug, Deserialize)]
+struct AdaptiveFile {
+    #[serde(default)]
+    accuracy: Option<f64>,
+    #[serde(default)]
+    full_accuracy: Option<f64>,
+    calls: usize,
+    full_calls: usize,
+    target: f64,
+    warmup: f64,
+    min_judges: usize,
+    seed: u64,
+    calls_per_judge: BTreeMap<String, usize>,
+    curve: Vec<AdaptivePointFile>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AdaptivePointFile {
+    target: f64,
+    warmup: f64,
+    #[serde(default)]
+    accuracy: Option<f64>,
+    calls: usize,
+    share_of_calls: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct AdaptivePage {
+    title: String,
+    facts: Vec<(String, String)>,
+    judges: Vec<(String, usize, String)>,
+    curve: Vec<AdaptiveRow>,
+    chart: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct AdaptiveRow {
+    target: f64,
+    warmup: f64,
+    accuracy: Option<String>,
+    calls: usize,
+    share: String,
+    chosen: bool,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}", 100.0 * x)
+}
+
+/// The page of a folder holding `jury simulate adaptive`'s adaptive.json: the chosen
+/// setting, calls per judge, and accuracy against the share of calls over the grid
+/// (charted when labels scored it).
+pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
+    let a: AdaptiveFile = read(&dir.join("adaptive.json"))?;
+    let share = |calls: usize| calls as f64 / a.full_calls.max(1) as f64;
+    let mut facts = vec![
+        ("target".to_owned(), a.target.to_string()),
+        ("warm-up".to_owned(), a.warmup.to_string()),
+        ("judges before a stop".to_owned(), a.min_judges.to_string()),
+        ("seed".to_owned(), a.seed.to_string()),
+        ("judge calls".to_owned(), format!("{} of {} ({:.1}%)", a.calls, a.full_calls, 100.0 * share(a.calls))),
+        ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+    ];
+    if let (Some(acc), Some(full)) = (a.accuracy, a.full_accuracy) {
+        facts.push(("accuracy (full jury's)".to_owned(), format!("{} ({})", pct(acc), pct(full))));
+    }
+    let judges = a
+        .calls_per_judge
+        .iter()
+        .map(|(name, &n)| {
+            let of = a.full_calls / a.calls_per_judge.len().max(1);
+            (name.clone(), n, format!("{:.1}%", 100.0 * n as f64 / of.max(1) as f64))
+        })
+        .collect();
+    let is_chosen = |p: &AdaptivePointFile| p.target == a.target && p.warmup == a.warmup;
+    let curve = a
+        .curve
+        .iter()
+        .map(|p| AdaptiveRow {
+            target: p.target,
+            warmup: p.warmup,
+            accuracy: p.accuracy.map(pct),
+            calls: p.calls,
+            share: format!("{:.1}%", 100.0 * p.share_of_calls),
+            chosen: is_chosen(p),
+        })
+        .collect();
+    let points: Vec<plots::CostPoint> = a
+        .curve
+        .iter()
+        .filter_map(|p| {
+            p.accuracy.map(|acc| plots::CostPoint {
+                share: p.share_of_calls,
+                accuracy: acc,
+                label: format!("{} / {}", p.target, p.warmup),
+                chosen: is_chosen(p),
+            })
+        })
+        .collect();
+    let chart = match (points.is_empty(), a.full_accuracy) {
+        (false, Some(full)) => Some(plots::accuracy_vs_calls(&points, full)?),
+        _ => None,
+    };
+    Ok(AdaptivePage { title: "adaptive jury (replay)".to_owned(), facts, judges, curve, chart })
+}

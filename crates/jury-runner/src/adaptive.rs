@@ -1,56 +1,36 @@
-//! The adaptive jury in a live run: every judge answers a warm-up share of the examples
-//! (drawn by seed), then the other examples ask the judges one at a time, in a fixed
-//! order, until Dawid-Skene's posterior of their top class reaches the target with at
-//! least `min_judges` answers, or no judge is left.
+//! The adaptive jury in a live run: jury-aggregate's [`AdaptivePlan`] driven by real
+//! judges. Every judge answers a warm-up share of the examples (drawn by seed); the other
+//! examples then ask the judges one at a time, in a fixed order, until Dawid-Skene's
+//! posterior of their top class reaches the target with at least `min_judges` answers,
+//! or no judge is left. `jury simulate adaptive` replays the same plan.
 //!
-//! The run goes in passes: the warm-up (every judge, as in a full run), then one pass
-//! per judge in the order over the examples still open. After each pass Dawid-Skene is
-//! refitted on every judgment so far and the settled examples stop. Decisions are taken
-//! only between passes and depend only on the judgments, never on timing, so a run
-//! killed at any moment and started again replays the same passes from the cache and
-//! asks no judge twice. Within a pass the judge runs as in a full run (a server judge
-//! with every server busy, an in-process judge at its concurrency); judges take turns.
+//! The plan goes in rounds, and each round runs as a full run does: every judge with
+//! questions at once (server judges each on their own, in-process judges one after
+//! another). The examples start in chunks, one per round, so in a round each judge in the
+//! order works on its own chunk: with server judges the examples start in twice as many
+//! chunks as there are server judges, and a server is idle only at the end of a round
+//! while another judge finishes. A jury of in-process judges only, which take turns
+//! anyway, starts them in one chunk (per 1,000 examples), since each round reloads its
+//! models.
+//!
+//! What a round asks depends only on the judgments of earlier rounds, never on timing,
+//! so a run killed at any moment and started again replays the same rounds from the
+//! cache and asks no judge twice.
 //!
 //! The stopping posterior is Dawid-Skene's, not the recommended `gauss`: gauss fills a
 //! missing judge from the example's current posterior, which would make a partly judged
 //! example look more certain than it is.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use indicatif::MultiProgress;
-use jury_aggregate::{Aggregator, DawidSkene, DawidSkeneConfig, Diagnostics};
+use jury_aggregate::{AdaptiveConfig, AdaptivePlan, AdaptiveStop, JudgeOrder};
 use jury_cache::Cache;
-use jury_core::JudgmentsBuilder;
 use jury_datasets::Example;
 use jury_judge::Verdict;
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
 
 use crate::experiment::{Adaptive, JudgeEntry};
-use crate::judging::{Juror, JurorOutcome, RunError, run_jury};
-
-/// Why an example stopped asking judges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// A warm-up example: every judge was asked.
-    WarmUp,
-    /// Its posterior reached the target with enough answers.
-    Settled,
-    /// Every judge was asked without settling it.
-    EveryJudge,
-}
-
-impl Stop {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stop::WarmUp => "warm-up",
-            Stop::Settled => "settled",
-            Stop::EveryJudge => "every-judge",
-        }
-    }
-}
+use crate::judging::{JudgeSpec, Juror, JurorOutcome, RunError, run_jury_each};
 
 /// What the rule did with one example.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,9 +38,10 @@ pub struct Decision {
     pub example_id: String,
     /// The judges asked, in the order asked (indices into the experiment's judges).
     pub asked: Vec<usize>,
-    /// How many of them answered (a server may reject an example).
+    /// How many of them answered (a server may reject an example; it then asks the
+    /// next judge).
     pub answered: usize,
-    pub stop: Stop,
+    pub stop: AdaptiveStop,
     /// Dawid-Skene's posterior of the top class when it stopped (`None` for the warm-up).
     pub confidence: Option<f64>,
 }
@@ -72,6 +53,8 @@ pub struct AdaptiveRecord {
     /// The judges by name, in the order the examples asked them.
     pub order: Vec<String>,
     pub warmup_examples: usize,
+    /// Rounds run, the warm-up's included.
+    pub rounds: usize,
     /// One per example, in file order.
     pub decisions: Vec<Decision>,
     /// Each judge's cost per judgment, in the experiment's judge order.
@@ -106,8 +89,23 @@ impl AdaptiveRecord {
     }
 }
 
+impl Adaptive {
+    /// The plan's settings for a jury with `servers` server judges (see the module
+    /// documentation for the chunks).
+    fn plan_config(&self, servers: usize) -> AdaptiveConfig {
+        AdaptiveConfig {
+            target: self.target,
+            min_judges: self.min_judges,
+            warmup: self.warmup,
+            seed: self.seed,
+            chunks: Some((2 * servers).max(1)),
+            ..AdaptiveConfig::default()
+        }
+    }
+}
+
 /// Runs the adaptive jury (see the module documentation) and returns every juror's
-/// outcome, merged over its passes, with the record of the rule's decisions.
+/// outcome, merged over its rounds, with the record of the rule's decisions.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     rt: &tokio::runtime::Runtime,
@@ -119,82 +117,50 @@ pub(crate) fn run(
     keep_tokens: bool,
     bars: &MultiProgress,
 ) -> Result<(Vec<JurorOutcome>, AdaptiveRecord), RunError> {
-    let (n, k) = (examples.len(), jurors.len());
+    let k = jurors.len();
     let names: Vec<String> = jurors.iter().map(|j| j.name.clone()).collect();
     let costs: Vec<f64> = entries.iter().map(|e| e.cost.unwrap_or(1.0)).collect();
-    let mut draw: Vec<usize> = (0..n).collect();
-    draw.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed));
-    let n_warm = ((cfg.warmup * n as f64).ceil() as usize).clamp(n.min(1), n);
-    let mut warm = vec![false; n];
-    draw[..n_warm].iter().for_each(|&i| warm[i] = true);
-    let subset = |keep: &dyn Fn(usize) -> bool| -> Arc<Vec<Example>> {
-        Arc::new((0..n).filter(|&i| keep(i)).map(|i| examples[i].clone()).collect())
-    };
-
-    let mut outcomes: Vec<Option<JurorOutcome>> = (0..k).map(|_| None).collect();
-    let first = rt.block_on(run_jury(jurors.clone(), subset(&|i| warm[i]), cache.clone(), keep_tokens, bars))?;
-    for (slot, o) in outcomes.iter_mut().zip(first) {
-        merge(slot, o);
-    }
-    let fit = settle(examples, &names, &outcomes)?;
-    let order: Vec<usize> = match &cfg.order {
-        Some(order) => order.iter().filter_map(|name| names.iter().position(|x| x == name)).collect(),
-        None => {
-            let mut order: Vec<usize> = (0..k).collect();
-            order.sort_by(|&a, &b| {
-                costs[a]
-                    .total_cmp(&costs[b])
-                    .then_with(|| {
-                        fit.skills[b]
-                            .unwrap_or(f64::NEG_INFINITY)
-                            .total_cmp(&fit.skills[a].unwrap_or(f64::NEG_INFINITY))
-                    })
-                    .then(a.cmp(&b))
-            });
-            order
+    let servers = jurors.iter().filter(|j| matches!(j.spec, JudgeSpec::Server { .. })).count();
+    let rule = match &cfg.order {
+        Some(order) => {
+            JudgeOrder::Given(order.iter().filter_map(|name| names.iter().position(|x| x == name)).collect())
         }
+        None => JudgeOrder::ByCost(costs.clone()),
     };
-
-    let mut decisions: Vec<Decision> = examples
+    let plan_error = |e: jury_aggregate::AggregateError| RunError::Adaptive(e.to_string());
+    let mut plan =
+        AdaptivePlan::new(examples.len(), names.clone(), 2, &cfg.plan_config(servers), rule).map_err(plan_error)?;
+    let mut outcomes: Vec<Option<JurorOutcome>> = (0..k).map(|_| None).collect();
+    let mut rounds = 0;
+    while let Some(asks) = plan.round().map_err(plan_error)? {
+        let busy: Vec<usize> = (0..k).filter(|&j| !asks[j].is_empty()).collect();
+        let each = busy
+            .iter()
+            .map(|&j| (jurors[j].clone(), Arc::new(asks[j].iter().map(|&e| examples[e].clone()).collect())))
+            .collect();
+        let done = rt.block_on(run_jury_each(each, cache.clone(), keep_tokens, bars))?;
+        let mut answers: Vec<Vec<Option<Vec<f64>>>> = asks.iter().map(|a| vec![None; a.len()]).collect();
+        for (&j, o) in busy.iter().zip(done) {
+            for (slot, &e) in answers[j].iter_mut().zip(&asks[j]) {
+                *slot = o.results.verdicts.get(&examples[e].id).and_then(|v| v.y).map(|y| vec![1.0 - y, y]);
+            }
+            merge(&mut outcomes[j], o);
+        }
+        plan.answer(&answers).map_err(plan_error)?;
+        rounds += 1;
+    }
+    let decisions = plan
+        .decisions()
         .iter()
-        .zip(&warm)
-        .map(|(e, &w)| Decision {
+        .zip(examples)
+        .map(|(d, e)| Decision {
             example_id: e.id.clone(),
-            asked: if w { (0..k).collect() } else { Vec::new() },
-            answered: 0,
-            stop: if w { Stop::WarmUp } else { Stop::EveryJudge },
-            confidence: None,
+            asked: d.asked.clone(),
+            answered: d.answered,
+            stop: d.stop.unwrap_or(AdaptiveStop::EveryJudge),
+            confidence: d.confidence,
         })
         .collect();
-    let mut open: Vec<bool> = warm.iter().map(|w| !w).collect();
-    for &judge in &order {
-        if !open.iter().any(|&o| o) {
-            break;
-        }
-        let pass = subset(&|i| open[i]);
-        let done = rt.block_on(run_jury(vec![jurors[judge].clone()], pass, cache.clone(), keep_tokens, bars))?;
-        for o in done {
-            merge(&mut outcomes[judge], o);
-        }
-        open.iter().zip(decisions.iter_mut()).filter(|(o, _)| **o).for_each(|(_, d)| d.asked.push(judge));
-        let fit = settle(examples, &names, &outcomes)?;
-        for (i, d) in decisions.iter_mut().enumerate() {
-            if !open[i] {
-                continue;
-            }
-            d.answered = fit.answered[i];
-            d.confidence = fit.confidence[i];
-            if d.answered >= cfg.min_judges && fit.confidence[i].is_some_and(|c| c >= cfg.target) {
-                d.stop = Stop::Settled;
-                open[i] = false;
-            }
-        }
-    }
-    for ((d, &w), e) in decisions.iter_mut().zip(&warm).zip(examples) {
-        if w {
-            d.answered = outcomes.iter().flatten().filter(|o| o.results.verdicts.contains_key(&e.id)).count();
-        }
-    }
     let outcomes = outcomes
         .into_iter()
         .zip(&names)
@@ -202,8 +168,9 @@ pub(crate) fn run(
         .collect::<Result<Vec<_>, _>>()?;
     let record = AdaptiveRecord {
         settings: cfg.clone(),
-        order: order.iter().map(|&j| names[j].clone()).collect(),
-        warmup_examples: n_warm,
+        order: plan.order().iter().map(|&j| names[j].clone()).collect(),
+        warmup_examples: plan.warmup_examples(),
+        rounds,
         decisions,
         costs,
         judge_names: names,
@@ -231,53 +198,11 @@ fn merge(slot: &mut Option<JurorOutcome>, o: JurorOutcome) {
     m.info.server = o.info.server;
 }
 
-/// Dawid-Skene over every judgment so far: per example (file order) the posterior of
-/// its top class and the number of answers, and per judge its mean correct-vote rate.
-struct Fit {
-    confidence: Vec<Option<f64>>,
-    answered: Vec<usize>,
-    skills: Vec<Option<f64>>,
-}
-
-fn settle(examples: &[Example], names: &[String], outcomes: &[Option<JurorOutcome>]) -> Result<Fit, RunError> {
-    let mut builder = JudgmentsBuilder::new(2)?;
-    let mut answered = vec![0; examples.len()];
-    for (i, e) in examples.iter().enumerate() {
-        for (o, name) in outcomes.iter().zip(names) {
-            if let Some(v) = o.as_ref().and_then(|o| o.results.verdicts.get(&e.id)) {
-                builder.push_binary(&e.id, name, v.y)?;
-                answered[i] += 1;
-            }
-        }
-    }
-    let j = builder.build();
-    let mut fit = Fit { confidence: vec![None; examples.len()], answered, skills: vec![None; names.len()] };
-    if j.n_examples() == 0 {
-        return Ok(fit);
-    }
-    let ds = DawidSkene::new(DawidSkeneConfig::default())
-        .aggregate(&j)
-        .map_err(|e| RunError::Adaptive(format!("fitting Dawid-Skene: {e}")))?;
-    let row: HashMap<&str, usize> = j.example_ids().iter().enumerate().map(|(r, id)| (id.as_str(), r)).collect();
-    let posteriors: Vec<&[f64]> = ds.posteriors().rows().collect();
-    for (c, e) in fit.confidence.iter_mut().zip(examples) {
-        *c = row.get(e.id.as_str()).map(|&r| posteriors[r].iter().copied().fold(0.0, f64::max));
-    }
-    if let Diagnostics::DawidSkene(em) = ds.diagnostics() {
-        for (name, m) in j.judge_names().iter().zip(&em.params.confusion) {
-            if let Some(k) = names.iter().position(|x| x == name) {
-                fit.skills[k] = Some((0..m.n_classes()).map(|t| m.get(t, t)).sum::<f64>() / m.n_classes() as f64);
-            }
-        }
-    }
-    Ok(fit)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn decision(asked: &[usize], stop: Stop) -> Decision {
+    fn decision(asked: &[usize], stop: AdaptiveStop) -> Decision {
         Decision { example_id: "e".into(), asked: asked.to_vec(), answered: asked.len(), stop, confidence: None }
     }
 
@@ -287,10 +212,11 @@ mod tests {
             settings: Adaptive::default(),
             order: vec!["b".into(), "a".into(), "c".into()],
             warmup_examples: 1,
+            rounds: 3,
             decisions: vec![
-                decision(&[0, 1, 2], Stop::WarmUp),
-                decision(&[1, 0], Stop::Settled),
-                decision(&[1, 0, 2], Stop::EveryJudge),
+                decision(&[0, 1, 2], AdaptiveStop::WarmUp),
+                decision(&[1, 0], AdaptiveStop::Settled),
+                decision(&[1, 0, 2], AdaptiveStop::EveryJudge),
             ],
             costs: vec![1.0, 2.0, 10.0],
             judge_names: vec!["a".into(), "b".into(), "c".into()],

@@ -409,37 +409,48 @@ pub async fn run_jury(
     keep_tokens: bool,
     bars: &MultiProgress,
 ) -> Result<Vec<JurorOutcome>, RunError> {
+    let each = jurors.into_iter().map(|j| (j, examples.clone())).collect();
+    run_jury_each(each, cache, keep_tokens, bars).await
+}
+
+/// [`run_jury`] with each juror on its own examples.
+pub async fn run_jury_each(
+    jurors: Vec<(Juror, Arc<Vec<Example>>)>,
+    cache: Arc<Mutex<Cache<Verdict>>>,
+    keep_tokens: bool,
+    bars: &MultiProgress,
+) -> Result<Vec<JurorOutcome>, RunError> {
     let n = jurors.len();
     let mut servers = Vec::new();
     let mut locals = Vec::new();
-    for (i, juror) in jurors.into_iter().enumerate() {
+    for (i, (juror, examples)) in jurors.into_iter().enumerate() {
         let bar = bars.add(ProgressBar::new(examples.len() as u64));
         match juror.spec {
-            JudgeSpec::Server { .. } => servers.push((i, juror, bar)),
-            JudgeSpec::Local { .. } => locals.push((i, juror, bar)),
+            JudgeSpec::Server { .. } => servers.push((i, juror, examples, bar)),
+            JudgeSpec::Local { .. } => locals.push((i, juror, examples, bar)),
         }
     }
-    let loads = futures::future::join_all(servers.into_iter().map(|(i, juror, bar)| async move {
+    let loads = futures::future::join_all(servers.into_iter().map(|(i, juror, examples, bar)| async move {
         let loaded = load(juror, &bar).await;
-        (i, loaded, bar)
+        (i, loaded, examples, bar)
     }))
     .await;
     let mut tasks = tokio::task::JoinSet::new();
     let mut ready = Vec::new();
-    for (i, loaded, bar) in loads {
-        ready.push((i, checked(loaded?, &examples).await?, bar));
+    for (i, loaded, examples, bar) in loads {
+        ready.push((i, checked(loaded?, &examples).await?, examples, bar));
     }
-    for (i, loaded, bar) in ready {
-        let (examples, cache) = (examples.clone(), cache.clone());
+    for (i, loaded, examples, bar) in ready {
+        let cache = cache.clone();
         tasks.spawn(async move { run_loaded(loaded, examples, cache, keep_tokens, bar).await.map(|o| vec![(i, o)]) });
     }
     if !locals.is_empty() {
-        let (examples, cache) = (examples.clone(), cache.clone());
+        let cache = cache.clone();
         tasks.spawn(async move {
             let mut done = Vec::new();
-            for (i, juror, bar) in locals {
+            for (i, juror, examples, bar) in locals {
                 let loaded = checked(load(juror, &bar).await?, &examples).await?;
-                done.push((i, run_loaded(loaded, examples.clone(), cache.clone(), keep_tokens, bar).await?));
+                done.push((i, run_loaded(loaded, examples, cache.clone(), keep_tokens, bar).await?));
             }
             Ok(done)
         });

@@ -11,11 +11,11 @@ mod judging;
 mod output;
 mod stages;
 
-pub use adaptive::{AdaptiveRecord, Decision, Stop};
+pub use adaptive::{AdaptiveRecord, Decision};
 pub use experiment::{Adaptive, DatasetConfig, Experiment, ExperimentError, JudgeEntry, Runtime, ServerEntry};
 pub use judging::{
     Failure, JudgeResults, JudgeSpec, JudgeSummary, Juror, JurorInfo, JurorOutcome, RunError, ServerInfo,
-    any_judgment_key, judgment_key, run_judge, run_jury, server_counters,
+    any_judgment_key, judgment_key, run_judge, run_jury, run_jury_each, server_counters,
 };
 pub use output::{Manifest, OutputLayout, write_judging};
 pub use stages::{Examples, JudgeRecord, JuryRun, Prepared, jurors, prepare, sample_examples};

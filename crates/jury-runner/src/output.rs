@@ -289,6 +289,8 @@ struct AdaptiveManifest<'a> {
     target: f64,
     min_judges: usize,
     warmup_examples: usize,
+    /// Rounds run, the warm-up's included (each asks every judge with open examples).
+    rounds: usize,
     order: &'a [String],
     /// Judge calls made (the warm-up's included) and those of the full jury.
     calls: usize,
@@ -312,6 +314,7 @@ impl<'a> AdaptiveManifest<'a> {
             target: a.settings.target,
             min_judges: a.settings.min_judges,
             warmup_examples: a.warmup_examples,
+            rounds: a.rounds,
             order: &a.order,
             calls,
             full_calls,
