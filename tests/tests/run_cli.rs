@@ -332,3 +332,118 @@ fn prefix_cache_flushes_keep_the_verdicts_of_a_run_without_it() {
         assert!((p - results[1][id]).abs() < 1e-3, "{id}: {p} without the prefix cache, {} with it", results[1][id]);
     }
 }
+
+/// `jury run --dry-run` from the repository root, as a user types it.
+fn dry_run(config: &Path) -> std::process::Output {
+    std::process::Command::new(common::jury_bin())
+        .args(["run", "--dry-run", config.to_str().unwrap()])
+        .current_dir(common::repo_root())
+        .output()
+        .unwrap()
+}
+
+/// Every shipped config passes the dry run, which writes nothing; what it finds is only
+/// what is not on this machine (models, tokenizers, data sets outside the repository),
+/// each named.
+#[test]
+fn every_shipped_config_passes_the_dry_run() {
+    let root = common::repo_root();
+    let mut configs = Vec::new();
+    for dir in [root.join("configs"), root.join("configs/paper")] {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                configs.push(p);
+            }
+        }
+    }
+    configs.sort();
+    assert!(configs.len() >= 16, "{configs:?}");
+    let before: Vec<_> = fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    for c in &configs {
+        let out = dry_run(c);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {}{stdout}", c.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("judge calls:"), "{stdout}");
+        let findings = stdout.lines().skip_while(|l| !l.starts_with("not on this machine")).skip(1);
+        for f in findings {
+            assert!(
+                ["model `", "tokenizer `", "model file", "tokenizer directory", "dataset: "]
+                    .iter()
+                    .any(|k| f.contains(k)),
+                "{}: an unexpected finding: {f}",
+                c.display()
+            );
+        }
+    }
+    let after: Vec<_> = fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(before, after, "the dry runs wrote nothing at the top level (no out/)");
+}
+
+/// The dry run of a HaluEval-sized experiment: 10,000 dialogues in the data set's format
+/// (written here), the paper's ten server judges with a fetched tokenizer folder: the
+/// counts, the calls, the prompt lengths of every example, an adaptive range and a time
+/// estimate from the judges' rates; a model file that is not there is named, with the
+/// rest of the report still given.
+#[test]
+fn dry_run_of_a_halueval_sized_experiment_counts_examples_calls_and_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::repo_root();
+    let tokenizer = root.join("models/qwen2.5-coder-0.5b-hf");
+    let mut data = String::new();
+    for i in 0..10_000 {
+        let line = serde_json::json!({
+            "knowledge": "k",
+            "dialogue_history": format!("[Human]: Tell me about film {i}. [Assistant]: It is a film. [Human]: Who directed it?"),
+            "right_response": format!("Director number {i} did."),
+            "hallucinated_response": format!("It was directed by someone else entirely, in the year {}.", 1900 + i % 100),
+        });
+        data.push_str(&format!("{line}\n"));
+    }
+    fs::write(dir.path().join("dialogue.json"), data).unwrap();
+    let mut judges = String::new();
+    for k in 0..10 {
+        judges.push_str(&format!(
+            "  - name: j{k}\n    rate: 10\n    cost: {}\n    server: {{base_urls: ['http://127.0.0.1:{}'], model: m, tokenizer: {}}}\n",
+            k + 1,
+            8001 + k,
+            tokenizer.display()
+        ));
+    }
+    judges.push_str(&format!("  - name: absent\n    gguf: {}\n", dir.path().join("no.gguf").display()));
+    let yaml = format!(
+        "name: dry\ndataset: {{name: halueval-dialogue, path: {}}}\nprompt: {}\njudges:\n{judges}aggregate: {{methods: [recommended]}}\noutput: {}\n",
+        dir.path().join("dialogue.json").display(),
+        root.join("prompts/halueval-dialogue.yaml").display(),
+        dir.path().join("out").display()
+    );
+    let config = dir.path().join("dry.yaml");
+    fs::write(&config, &yaml).unwrap();
+    let out = dry_run(&config);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("data set halueval-dialogue: 20000 examples"), "{stdout}");
+    assert!(stdout.contains("judges: 11; judge calls: 220000"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("j0 ")).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[1..3], ["server", "20000"], "{row}");
+    let (min, med, max): (usize, usize, usize) =
+        (cols[3].parse().unwrap(), cols[4].parse().unwrap(), cols[5].parse().unwrap());
+    assert!(300 < min && min <= med && med <= max && max < 2048, "{row}");
+    assert!(stdout.contains("not on this machine (1):") && stdout.contains("no.gguf"), "{stdout}");
+    assert!(stdout.contains("estimated wall time: unknown"), "the absent judge has no rate: {stdout}");
+    assert!(!dir.path().join("out").exists(), "nothing written");
+    // Without the absent judge, with an adaptive section: a range of calls and of time.
+    let adaptive = yaml
+        .replace(&format!("  - name: absent\n    gguf: {}\n", dir.path().join("no.gguf").display()), "")
+        .replace("aggregate:", "adaptive: {min_judges: 2, warmup: 0.1}\naggregate:");
+    fs::write(&config, adaptive).unwrap();
+    let out = dry_run(&config);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", String::from_utf8_lossy(&out.stderr));
+    // Warm-up 2,000 x 10, then the two cheapest judges on the other 18,000.
+    assert!(stdout.contains("judge calls: 56000 to 200000"), "{stdout}");
+    // Servers work side by side: the cheapest judges' 20,000 calls at 10 a second.
+    assert!(stdout.contains("estimated wall time: 34 min"), "{stdout}");
+    assert!(stdout.contains("every model and tokenizer is on this machine"), "{stdout}");
+}

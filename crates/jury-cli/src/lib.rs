@@ -68,6 +68,8 @@ pub fn main() -> ExitCode {
         Command::Aggregate(args) => aggregate::run(*args),
         Command::Simulate(args) => simulate::run(args),
         #[cfg(feature = "judges")]
+        Command::Run(args) if args.dry_run => run::dry_run(&args),
+        #[cfg(feature = "judges")]
         Command::Run(args) => run::prepare(&args).and_then(run::run),
         #[cfg(not(feature = "judges"))]
         Command::Run { .. } => Err(without_judges("`jury run`")),

@@ -24,10 +24,25 @@ pub(crate) struct Args {
     /// did not write (`overwrite: true` in the experiment).
     #[arg(long)]
     force: bool,
+    /// Judge nothing and write nothing: check the whole config, then print the
+    /// examples, the judge calls, each judge's prompt lengths in tokens (with its
+    /// tokenizer folder), every model not on this machine and, given rates, the time.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 /// The YAML experiment, with this program's aggregation options.
 pub(crate) type Experiment = jury_runner::Experiment<AggregateOptions>;
+
+/// `jury run --dry-run`: the config checked as `jury run` checks it (aggregation
+/// options included), absent models listed instead of stopping at the first.
+pub(crate) fn dry_run(args: &Args) -> Result<()> {
+    let report = jury_runner::dry_run::<AggregateOptions>(&args.config)?;
+    let exp: Experiment = jury_runner::Experiment::read_unchecked(&args.config)?;
+    Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
+    print!("{report}");
+    Ok(())
+}
 
 /// Reads and checks the experiment, resolves its aggregation settings (once: this may
 /// read the hub cache for the encoder) and prepares the process environment. Called

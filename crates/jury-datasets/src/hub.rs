@@ -75,6 +75,15 @@ pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
     }
 }
 
+/// [`resolve`] without the network: the local file, or `None` when a local path does
+/// not exist or a hub address is not in the local hub cache.
+pub fn resolve_local(path: &Path) -> Result<Option<PathBuf>, DatasetError> {
+    match HubFile::parse(path) {
+        None => Ok(Some(path.to_owned()).filter(|p| p.exists())),
+        Some(hub) => Ok(hub?.fetch(&jury_cache::hub::cache_root(), true).ok()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

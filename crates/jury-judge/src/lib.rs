@@ -33,7 +33,9 @@ pub use judge::{
     verdict_from_logits,
 };
 pub use pool::{ApiKey, PoolConfig, PoolStats, ServerStats, display_url, parse_base_url, without_password};
-pub use server::{ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode, check_budget_with_tokenizer};
+pub use server::{
+    ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode, check_budget_with_tokenizer, prompt_lengths,
+};
 pub use template::Template;
 
 use std::path::PathBuf;

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::chat::ChatTokenizer;
+use crate::chat::{ChatTokenizer, ChatTokenizerError};
 use crate::logprobs::{VariantSet, candidates_at, settle_rounding, verdict_from_candidates};
 use crate::pool::{ApiKey, Pool, PoolConfig, PoolError, PoolStats};
 use crate::render::{MAX_CUTS, cut_longest, too_long};
@@ -771,6 +771,39 @@ pub fn check_budget_with_tokenizer(
         .encode_text(&template.answer_prefix)
         .and_then(|prefix| token_prompt(&tok, template, &prefix, &crate::render::emptied(fields)));
     counted.map_or(Ok(()), |ids| crate::render::check_emptied_len(judge, ids.len(), max_tokens))
+}
+
+/// The untruncated length in tokens of each example's prompt (`fields`), rendered
+/// through the chat template of the tokenizer folder `dir` with the answer prefix: the
+/// sequence an in-process judge with that tokenizer, or a server judge in a tokens
+/// mode, would judge before the truncation rule. Spread over the machine's cores.
+pub fn prompt_lengths(
+    dir: &Path,
+    template: &Template,
+    fields: &[&BTreeMap<String, String>],
+) -> Result<Vec<usize>, ChatTokenizerError> {
+    let tok = ChatTokenizer::load(dir)?;
+    let err = |reason: String| ChatTokenizerError { path: dir.to_owned(), reason };
+    let prefix = tok.encode_text(&template.answer_prefix).map_err(err)?;
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let chunk = fields.len().div_ceil(threads).max(1);
+    let counted: Vec<Result<Vec<usize>, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = fields
+            .chunks(chunk)
+            .map(|part| {
+                let (tok, prefix) = (&tok, &prefix);
+                scope.spawn(move || {
+                    part.iter().map(|f| token_prompt(tok, template, prefix, f).map(|ids| ids.len())).collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a counting thread panicked".into()))).collect()
+    });
+    let mut lengths = Vec::with_capacity(fields.len());
+    for part in counted {
+        lengths.extend(part.map_err(err)?);
+    }
+    Ok(lengths)
 }
 
 /// Whether an answer's log-probabilities hold vLLM's placeholder entry (log-probability

@@ -93,6 +93,10 @@ pub struct JudgeEntry {
     /// judges first and report the cost; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    /// Judgments per second this judge is expected to make (`jury run --dry-run`'s
+    /// time estimate; an earlier run's manifest gives one too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
 }
 
 /// The adaptive jury's settings (`adaptive:`); the defaults are those of
@@ -247,12 +251,16 @@ impl Default for Runtime {
 impl<A: DeserializeOwned + Default> Experiment<A> {
     /// Reads and checks the experiment in `path` (see [`Experiment::check`]).
     pub fn read(path: &Path) -> Result<Self, ExperimentError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ExperimentError::Read { path: path.to_owned(), source })?;
-        let exp: Self = serde_yaml::from_str(&text)
-            .map_err(|e| ExperimentError::Parse { path: path.to_owned(), reason: e.to_string() })?;
+        let exp = Self::read_unchecked(path)?;
         exp.check(path)?;
         Ok(exp)
+    }
+
+    /// Parses the experiment in `path` without [`Experiment::check`].
+    pub fn read_unchecked(path: &Path) -> Result<Self, ExperimentError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ExperimentError::Read { path: path.to_owned(), source })?;
+        serde_yaml::from_str(&text).map_err(|e| ExperimentError::Parse { path: path.to_owned(), reason: e.to_string() })
     }
 }
 
@@ -261,6 +269,30 @@ impl<A> Experiment<A> {
     /// judges' sources, names, prompt and tokenizer files, server entries and the
     /// runtime. `path` names the config in errors.
     pub fn check(&self, path: &Path) -> Result<(), ExperimentError> {
+        self.check_all_but_presence(path)?;
+        match self.absent(path).into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Everything [`Experiment::check`] finds absent on this machine, all at once: model
+    /// and tokenizer files, models in the local hub cache. The dry run lists them.
+    pub fn absent(&self, path: &Path) -> Vec<ExperimentError> {
+        self.judges
+            .iter()
+            .flat_map(|j| {
+                j.absent().into_iter().map(|reason| ExperimentError::Judge {
+                    path: path.to_owned(),
+                    judge: j.name.clone(),
+                    reason,
+                })
+            })
+            .collect()
+    }
+
+    /// [`Experiment::check`] but for what [`Experiment::absent`] finds.
+    pub fn check_all_but_presence(&self, path: &Path) -> Result<(), ExperimentError> {
         let invalid = |reason: String| ExperimentError::Invalid { path: path.to_owned(), reason };
         if self.judges.is_empty() {
             return Err(invalid("`judges` is empty".into()));
@@ -306,6 +338,11 @@ impl JudgeEntry {
         {
             return Err(format!("`cost` must be a number above 0 (got {c})"));
         }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err(format!("`rate` must be judgments per second above 0 (got {r})"));
+        }
         let sources = [self.gguf.is_some(), self.model_id.is_some(), self.server.is_some()];
         if sources.iter().filter(|&&x| x).count() != 1 {
             return Err("give exactly one of `gguf`, `model_id` and `server`".into());
@@ -315,35 +352,68 @@ impl JudgeEntry {
         {
             return Err(format!("prompt template {} does not exist", p.display()));
         }
-        if let Some(dir) = &self.tokenizer {
-            if self.gguf.is_none() {
-                return Err(
-                    "`tokenizer` goes with `gguf` (a model directory has its own; a server's goes under `server`)"
-                        .into(),
-                );
-            }
-            if !dir.join("tokenizer.json").is_file() {
-                return Err(format!(
-                    "tokenizer directory {} has no tokenizer.json (run scripts/fetch-judges.sh)",
-                    dir.display()
-                ));
-            }
-        }
-        if let Some(problem) = self.gguf.as_deref().and_then(jury_judge::gguf_problem) {
-            return Err(problem);
-        }
-        if let Some(id) = &self.model_id
-            && jury_cache::hub::offline()
-            && jury_judge::local_model_dir(id).is_none()
-        {
-            return Err(format!(
-                "model `{id}` is neither a folder nor in the local hub cache, and HF_HUB_OFFLINE is set"
-            ));
+        if self.tokenizer.is_some() && self.gguf.is_none() {
+            return Err(
+                "`tokenizer` goes with `gguf` (a model directory has its own; a server's goes under `server`)".into()
+            );
         }
         if let Some(s) = &self.server {
             s.check().map_err(|e| format!("server: {e}"))?;
         }
         Ok(())
+    }
+
+    /// What this judge needs on this machine and does not find: its GGUF file, its
+    /// tokenizer folder, its model in the local hub cache (offline).
+    fn absent(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        if let Some(dir) = &self.tokenizer
+            && !dir.join("tokenizer.json").is_file()
+        {
+            found.push(format!(
+                "tokenizer directory {} has no tokenizer.json (run scripts/fetch-judges.sh)",
+                dir.display()
+            ));
+        }
+        found.extend(self.gguf.as_deref().and_then(jury_judge::gguf_problem));
+        if let Some(id) = &self.model_id
+            && jury_cache::hub::offline()
+            && jury_judge::local_model_dir(id).is_none()
+        {
+            found.push(format!(
+                "model `{id}` is neither a folder nor in the local hub cache, and HF_HUB_OFFLINE is set"
+            ));
+        }
+        if let Some(problem) = self.server.as_ref().and_then(ServerEntry::absent) {
+            found.push(format!("server: {problem}"));
+        }
+        found
+    }
+
+    /// Whether the weights are on this machine: `None` for a server judge; for a
+    /// `model_id` not found locally, `jury run` downloads it from the hub.
+    pub fn model_present(&self) -> Option<bool> {
+        match (&self.gguf, &self.model_id) {
+            (Some(p), _) => Some(p.is_file()),
+            (None, Some(id)) => Some(jury_judge::local_model_dir(id).is_some()),
+            (None, None) => None,
+        }
+    }
+
+    /// The tokenizer folder whose chat template renders this judge's token sequence,
+    /// when it is on this machine: `tokenizer:` (with `gguf`), a `model_id`'s folder, or
+    /// a server judge's `tokenizer` in a tokens mode.
+    pub fn rendering_tokenizer(&self) -> Option<PathBuf> {
+        if let Some(s) = &self.server {
+            let renders = s.mode.is_none_or(ServerMode::renders_tokens);
+            return s.tokenizer.as_deref().filter(|_| renders).and_then(|t| tokenizer_dir(t).ok());
+        }
+        let dir = match (&self.tokenizer, &self.model_id) {
+            (Some(dir), _) => Some(dir.clone()),
+            (None, Some(id)) => jury_judge::local_model_dir(id),
+            (None, None) => None,
+        };
+        dir.filter(|d| d.join("tokenizer.json").is_file())
     }
 }
 
@@ -392,15 +462,20 @@ impl ServerEntry {
         {
             return Err(format!("mode `{}` needs a `tokenizer`", mode.as_str()));
         }
-        if let Some(t) = &self.tokenizer {
-            let dir = tokenizer_dir(t)?;
-            for f in ["tokenizer.json", "tokenizer_config.json"] {
-                if !dir.join(f).is_file() {
-                    return Err(format!("tokenizer directory {} has no {f}", dir.display()));
-                }
-            }
-        }
         Ok(())
+    }
+
+    /// Its tokenizer, when it names one that is not on this machine.
+    fn absent(&self) -> Option<String> {
+        let t = self.tokenizer.as_deref()?;
+        let dir = match tokenizer_dir(t) {
+            Ok(dir) => dir,
+            Err(e) => return Some(e),
+        };
+        ["tokenizer.json", "tokenizer_config.json"]
+            .into_iter()
+            .find(|f| !dir.join(f).is_file())
+            .map(|f| format!("tokenizer directory {} has no {f}", dir.display()))
     }
 }
 

@@ -35,6 +35,8 @@ pub enum RunError {
     #[error(transparent)]
     Cache(#[from] CacheError),
     #[error(transparent)]
+    Experiment(#[from] crate::experiment::ExperimentError),
+    #[error(transparent)]
     Dataset(#[from] jury_datasets::DatasetError),
     #[error(transparent)]
     Io(#[from] jury_io::IoError),

@@ -6,12 +6,14 @@
 //! to it, with its own options carried through [`Experiment`]'s type parameter.
 
 mod adaptive;
+mod dry_run;
 mod experiment;
 mod judging;
 mod output;
 mod stages;
 
 pub use adaptive::{AdaptiveRecord, Decision};
+pub use dry_run::{DryRun, JudgePlan, RateSource, TokenStats, dry_run};
 pub use experiment::{Adaptive, DatasetConfig, Experiment, ExperimentError, JudgeEntry, Runtime, ServerEntry};
 pub use judging::{
     Failure, JudgeResults, JudgeSpec, JudgeSummary, Juror, JurorInfo, JurorOutcome, RunError, ServerInfo,

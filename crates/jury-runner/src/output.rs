@@ -60,6 +60,11 @@ impl OutputLayout {
         Ok(Self { out: OutputDir::open(dir, owner, &Self::names(), overwrite)? })
     }
 
+    /// Where a published run's manifest.json is.
+    pub fn published_manifest(dir: &Path) -> PathBuf {
+        dir.join(MANIFEST)
+    }
+
     /// Where the examples' contexts file of an output directory is published: the
     /// `aggregate.contexts` a config gets when it asks for context-dependent methods
     /// without naming a file.
