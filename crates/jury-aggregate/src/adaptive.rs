@@ -490,8 +490,30 @@ mod tests {
             .unwrap()
     }
 
-    /// Drives a plan with the recorded jury's answers; `fails(judge, example)` makes a
-    /// judge fail on an example. Returns the plan when done.
+    /// The recorded jury's answers to one round's questions; `fails(judge, example)`
+    /// makes a judge fail on an example.
+    fn recorded(
+        j: &Judgments,
+        asks: &[Vec<usize>],
+        fails: &dyn Fn(usize, usize) -> bool,
+    ) -> Vec<Vec<Option<Vec<f64>>>> {
+        asks.iter()
+            .enumerate()
+            .map(|(judge, examples)| {
+                examples
+                    .iter()
+                    .map(|&e| {
+                        if fails(judge, e) {
+                            return None;
+                        }
+                        j.row(e).find(|&(k, _)| k == judge).map(|(_, p)| p.to_vec())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Drives a plan with the recorded jury's answers until it is done.
     fn drive(
         j: &Judgments,
         cfg: &AdaptiveConfig,
@@ -500,22 +522,7 @@ mod tests {
     ) -> AdaptivePlan {
         let mut plan = AdaptivePlan::new(j.n_examples(), j.judge_names().to_vec(), 2, cfg, rule).unwrap();
         while let Some(asks) = plan.round().unwrap() {
-            let answers: Vec<Vec<Option<Vec<f64>>>> = asks
-                .iter()
-                .enumerate()
-                .map(|(judge, examples)| {
-                    examples
-                        .iter()
-                        .map(|&e| {
-                            if fails(judge, e) {
-                                return None;
-                            }
-                            j.row(e).find(|&(k, _)| k == judge).map(|(_, p)| p.to_vec())
-                        })
-                        .collect()
-                })
-                .collect();
-            plan.answer(&answers).unwrap();
+            plan.answer(&recorded(j, &asks, fails)).unwrap();
         }
         plan
     }
@@ -633,12 +640,7 @@ mod tests {
         let mut busiest = 0;
         while let Some(asks) = plan.round().unwrap() {
             busiest = busiest.max(asks.iter().filter(|a| !a.is_empty()).count());
-            let answers: Vec<Vec<Option<Vec<f64>>>> = asks
-                .iter()
-                .enumerate()
-                .map(|(k, ex)| ex.iter().map(|&e| j.row(e).find(|&(x, _)| x == k).map(|(_, p)| p.to_vec())).collect())
-                .collect();
-            plan.answer(&answers).unwrap();
+            plan.answer(&recorded(j, &asks, &|_, _| false)).unwrap();
         }
         assert!(busiest >= 4, "at most {busiest} judges busy in a round");
     }
