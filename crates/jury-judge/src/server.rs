@@ -777,6 +777,12 @@ pub fn check_budget_with_tokenizer(
 /// through the chat template of the tokenizer folder `dir` with the answer prefix: the
 /// sequence an in-process judge with that tokenizer, or a server judge in a tokens
 /// mode, would judge before the truncation rule. Spread over the machine's cores.
+///
+/// The template, system prompt and answer prefix are the same for every example, so
+/// they are counted once and only each user turn is tokenized (a tenth of the work on
+/// HaluEval's few-shot prompt). That is exact when the user turn starts and ends on
+/// token boundaries; it is checked against the full rendering on a sample of examples
+/// spread over the data set, and any difference falls back to rendering every one.
 pub fn prompt_lengths(
     dir: &Path,
     template: &Template,
@@ -785,23 +791,60 @@ pub fn prompt_lengths(
     let tok = ChatTokenizer::load(dir)?;
     let err = |reason: String| ChatTokenizerError { path: dir.to_owned(), reason };
     let prefix = tok.encode_text(&template.answer_prefix).map_err(err)?;
+    let full = |f: &BTreeMap<String, String>| token_prompt(&tok, template, &prefix, f).map(|ids| ids.len());
+    if let Some(fixed) = fixed_tokens(&tok, template, prefix.len()) {
+        let user = |f: &BTreeMap<String, String>| {
+            let text = template.render_user(f)?;
+            Ok(fixed + tok.encode_text(&text)?.len())
+        };
+        let step = fields.len().div_ceil(LENGTH_SAMPLE).max(1);
+        let mut agree = true;
+        for f in fields.iter().step_by(step) {
+            agree &= full(f).map_err(err)? == user(f).map_err(err)?;
+        }
+        if agree {
+            return on_all_cores(fields, user).map_err(err);
+        }
+    }
+    on_all_cores(fields, full).map_err(err)
+}
+
+/// How many examples [`prompt_lengths`] renders in full to check its per-turn count.
+const LENGTH_SAMPLE: usize = 64;
+
+/// The tokens of a rendered prompt outside its user turn: the chat template around a
+/// marker user turn, cut at the marker, plus the answer prefix's `prefix` tokens. None
+/// when the template does not show the user turn verbatim exactly once.
+fn fixed_tokens(tok: &ChatTokenizer, template: &Template, prefix: usize) -> Option<usize> {
+    const MARK: &str = "\u{E000}jury-user-turn\u{E000}";
+    let text = tok.render(&template.system, MARK).ok()?;
+    let (before, after) = text.split_once(MARK)?;
+    if after.contains(MARK) {
+        return None;
+    }
+    Some(tok.encode_prompt(before).ok()?.len() + tok.encode_text(after).ok()?.len() + prefix)
+}
+
+/// `count` over every one of `fields`, in order, spread over the machine's cores.
+fn on_all_cores<F>(fields: &[&BTreeMap<String, String>], count: F) -> Result<Vec<usize>, String>
+where
+    F: Fn(&BTreeMap<String, String>) -> Result<usize, String> + Sync,
+{
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let chunk = fields.len().div_ceil(threads).max(1);
     let counted: Vec<Result<Vec<usize>, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = fields
             .chunks(chunk)
             .map(|part| {
-                let (tok, prefix) = (&tok, &prefix);
-                scope.spawn(move || {
-                    part.iter().map(|f| token_prompt(tok, template, prefix, f).map(|ids| ids.len())).collect()
-                })
+                let count = &count;
+                scope.spawn(move || part.iter().map(|f| count(f)).collect())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a counting thread panicked".into()))).collect()
     });
     let mut lengths = Vec::with_capacity(fields.len());
     for part in counted {
-        lengths.extend(part.map_err(err)?);
+        lengths.extend(part?);
     }
     Ok(lengths)
 }
@@ -874,6 +917,41 @@ mod tests {
             assert_eq!(judge.mode(), ServerMode::Text);
             judge.score("e", &ServerPrompt::Tokens(vec![0; 8])).await
         })
+    }
+
+    /// The dry run's prompt lengths equal the full rendering's: counted per user turn
+    /// where the turn sits between token boundaries (`fixed_tokens` finds the rest), and
+    /// by rendering every example where it does not (a template that glues the turn to
+    /// its label, so `U:hi` is one word: the per-turn count would say two).
+    #[test]
+    fn prompt_lengths_equal_the_full_rendering() {
+        let spaced = word_level_dir("{{ bos_token }}S: {{ messages[0].content }} U: {{ messages[1].content }} A:");
+        let glued = word_level_dir("{{ bos_token }}S: {{ messages[0].content }} U:{{ messages[1].content }} A:");
+        let template = yes_no_template();
+        let texts = ["hi", "hi hi hi", "", "sys hi Yes", "x", "hi  hi\nhi"];
+        let fields: Vec<BTreeMap<String, String>> =
+            texts.iter().map(|t| BTreeMap::from([("q".to_owned(), (*t).to_owned())])).collect();
+        let refs: Vec<&BTreeMap<String, String>> = fields.iter().collect();
+        for (dir, split) in [(&spaced, true), (&glued, false)] {
+            let tok = ChatTokenizer::load(dir.path()).unwrap();
+            let prefix = tok.encode_text(&template.answer_prefix).unwrap();
+            let full: Vec<usize> =
+                refs.iter().map(|f| token_prompt(&tok, &template, &prefix, f).unwrap().len()).collect();
+            assert_eq!(prompt_lengths(dir.path(), &template, &refs).unwrap(), full);
+            let per_turn: Vec<usize> = texts
+                .iter()
+                .map(|t| fixed_tokens(&tok, &template, prefix.len()).unwrap() + tok.encode_text(t).unwrap().len())
+                .collect();
+            assert_eq!(per_turn == full, split, "{per_turn:?} against {full:?}");
+        }
+        // `<s> S: sys U:` and `A: [[`, whatever the turn.
+        let tok = ChatTokenizer::load(spaced.path()).unwrap();
+        assert_eq!(fixed_tokens(&tok, &template, 1), Some(6));
+        // A template that shows the user turn twice cannot be cut at it.
+        let twice = word_level_dir("{% for m in messages %}{{ m.content }} {{ m.content }} {% endfor %}A:");
+        let tok = ChatTokenizer::load(twice.path()).unwrap();
+        assert_eq!(fixed_tokens(&tok, &template, 1), None);
+        assert_eq!(prompt_lengths(twice.path(), &template, &refs[..1]).unwrap(), [6]);
     }
 
     /// A tokens-mode server judge counts the template's tokens with its tokenizer: a
