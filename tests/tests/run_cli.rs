@@ -447,3 +447,57 @@ fn dry_run_of_a_halueval_sized_experiment_counts_examples_calls_and_tokens() {
     assert!(stdout.contains("estimated wall time: 34 min"), "{stdout}");
     assert!(stdout.contains("every model and tokenizer is on this machine"), "{stdout}");
 }
+
+/// The small form of every paper config (`configs/paper/*-small.yaml`: the two fetched
+/// judges in process) runs end to end, unchanged but for its data path and output
+/// folder: a stand-in in the data set's own format (the real files are outside the
+/// repository, Arena's behind a hub), judged by both judges, aggregated with the
+/// recommended method named.
+#[test]
+fn every_small_paper_config_runs_end_to_end() {
+    let root = repo_root();
+    // Examples, and prompts judged per judge (Arena's non-tie pairs in both orders).
+    for (name, dataset, examples, judged) in [
+        ("halueval", "halueval-dialogue", 4, 4),
+        ("truthfulqa", "truthfulqa", 6, 6),
+        ("arena", "chatbot-arena", 2, 4),
+        ("llmbar", "llmbar", 2, 4),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, data) = common::paper_stand_in(dataset);
+        let data_path = dir.path().join(file);
+        fs::write(&data_path, data).unwrap();
+        let config = fs::read_to_string(root.join(format!("configs/paper/{name}-small.yaml"))).unwrap();
+        assert!(config.contains(&format!("  name: {dataset}\n")), "{name}: {config}");
+        let out = dir.path().join("out");
+        let edited: Vec<String> = config
+            .lines()
+            .map(|l| match l {
+                l if l.starts_with("  path: ") => format!("  path: {}", data_path.display()),
+                l if l.starts_with("output: ") => format!("output: {}", out.display()),
+                l => l.to_owned(),
+            })
+            .collect();
+        let cfg = dir.path().join(format!("{name}-small.yaml"));
+        fs::write(&cfg, edited.join("\n")).unwrap();
+        let run = Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).current_dir(&root).output().unwrap();
+        assert!(
+            run.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let rows = fs::read_to_string(out.join("judgments.csv")).unwrap();
+        assert_eq!(rows.lines().count(), 1 + 2 * examples, "{name}: both judges on every example\n{rows}");
+        let cache = fs::read_to_string(out.join("cache.jsonl")).unwrap();
+        assert_eq!(cache.lines().count(), 2 * judged, "{name}: one call per judge and prompt\n{cache}");
+        let metrics: Value = serde_json::from_str(&fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+        assert_eq!(metrics["n_examples"], examples, "{name}");
+        assert_eq!(metrics["n_judges"], 2, "{name}");
+        assert!(metrics["recommended_method"].is_string(), "{name}: {metrics}");
+        for method in ["avg", "mv", "ds", "care"] {
+            assert!(!metrics["methods"][method].is_null(), "{name}: {method} in {metrics}");
+        }
+        assert!(out.join("report.html").is_file(), "{name}");
+    }
+}

@@ -534,3 +534,49 @@ fn adaptive_run_stops_early_and_resumes_to_the_same_judgments() {
     }
     assert_one_line_per_judgment(killed.path(), calls);
 }
+
+/// The server form of the TruthfulQA paper config (`configs/paper/truthfulqa-servers.yaml`:
+/// eight judges, each with its own server and tokenizer) against one real llama-server
+/// on loopback: every judge's server and tokenizer replaced by the fetched Qwen's, the
+/// data by a stand-in in TruthfulQA's format, `limit: 20` added; the rest unchanged.
+/// Every judge judges every example in a tokens mode, and the run aggregates.
+#[test]
+fn truthfulqa_server_config_runs_on_llama_server() {
+    let _one = lock();
+    let server = llama_server(&qwen_gguf(), 2, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let (file, data) = common::paper_stand_in("truthfulqa");
+    let data_path = dir.path().join(file);
+    fs::write(&data_path, data).unwrap();
+    let config = fs::read_to_string(repo_root().join("configs/paper/truthfulqa-servers.yaml")).unwrap();
+    let out = dir.path().join("out");
+    let mut edited = Vec::new();
+    for l in config.lines() {
+        match l.trim_start() {
+            t if t.starts_with("base_urls: ") => edited.push(format!("      base_urls: [\"{}\"]", server.url())),
+            t if t.starts_with("tokenizer: ") => edited.push(format!("      tokenizer: {}", qwen_hf().display())),
+            t if t.starts_with("path: ") => {
+                edited.push(format!("  path: {}", data_path.display()));
+                edited.push("  limit: 20".to_owned());
+            }
+            t if t.starts_with("output: ") => edited.push(format!("output: {}", out.display())),
+            _ => edited.push(l.to_owned()),
+        }
+    }
+    let cfg = dir.path().join("truthfulqa-servers.yaml");
+    fs::write(&cfg, edited.join("\n")).unwrap();
+    let run = Command::new(jury_bin()).args(["run", cfg.to_str().unwrap()]).current_dir(repo_root()).output().unwrap();
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let judges = manifest(dir.path())["judges"].as_array().unwrap().clone();
+    assert_eq!(judges.len(), 8, "{judges:?}");
+    for j in &judges {
+        assert_eq!(j["server"]["mode"], "tokens", "{j}");
+        assert_eq!(j["failed"], 0, "{j}");
+    }
+    // Six stand-in examples, all eight judges on each.
+    assert_eq!(judgments(dir.path()).len(), 6 * 8);
+    let metrics: Value = serde_json::from_str(&fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["n_judges"], 8);
+    let recommended = metrics["recommended_method"].as_str().unwrap();
+    assert!(!metrics["methods"][recommended].is_null(), "{metrics}");
+}

@@ -66,3 +66,57 @@ pub(crate) fn install(script: &str, what: &str) -> PathBuf {
     assert!(out.status.success() && !path.is_empty(), "{what} is not available: {script} failed ({})", out.status);
     PathBuf::from(path)
 }
+
+/// A stand-in for a paper data set in its own file format, a few examples, so the small
+/// forms run in the suite without `../shared` or a hub: the file name and its text.
+#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
+pub(crate) fn paper_stand_in(dataset: &str) -> (&'static str, String) {
+    match dataset {
+        "halueval-dialogue" => {
+            let line = |h: &str, right: &str, wrong: &str| {
+                serde_json::json!({"knowledge": "k", "dialogue_history": h, "right_response": right,
+                    "hallucinated_response": wrong})
+                .to_string()
+            };
+            let lines = [
+                line(
+                    "[Human]: Who wrote Hamlet? [Assistant]: Shakespeare. [Human]: When?",
+                    "Around 1600.",
+                    "In 1850, in Paris.",
+                ),
+                line("[Human]: What is the capital of Peru? [Assistant]: Lima.", "Yes, Lima.", "It is Quito."),
+            ];
+            ("dialogue_data.json", lines.join("\n") + "\n")
+        }
+        "truthfulqa" => (
+            "TruthfulQA.csv",
+            "Type,Category,Question,Best Answer,Correct Answers,Incorrect Answers,Source\n\
+             Adversarial,Misconceptions,What happens if you crack your knuckles?,Nothing harmful,\
+             Nothing harmful happens; You may hear a pop,You will get arthritis,src\n\
+             Adversarial,Fiction,Are vampires real?,No,\"No, vampires are not real\",Yes; Only in Europe,src\n"
+                .to_owned(),
+        ),
+        "chatbot-arena" => {
+            let mut csv =
+                "id,model_a,model_b,prompt,response_a,response_b,winner_model_a,winner_model_b,winner_tie\n".to_owned();
+            for (id, q, a, b, flags) in [
+                (1, "What is 2+2?", "4", "5", "1,0,0"),
+                (2, "Name a primary colour.", "Banana.", "Red.", "0,1,0"),
+                (3, "Say hi.", "Hi.", "Hello.", "0,0,1"),
+            ] {
+                let cell = |s: &str| format!("\"{}\"", serde_json::json!([s]).to_string().replace('"', "\"\""));
+                csv.push_str(&format!("{id},m1,m2,{},{},{},{flags}\n", cell(q), cell(a), cell(b)));
+            }
+            ("train.csv", csv)
+        }
+        "llmbar" => (
+            "dataset.json",
+            serde_json::json!([
+                {"input": "Give a synonym of happy.", "output_1": "Joyful.", "output_2": "Sad.", "label": 1},
+                {"input": "What is 3 times 3?", "output_1": "6", "output_2": "9", "label": 2},
+            ])
+            .to_string(),
+        ),
+        other => panic!("no stand-in for data set {other}"),
+    }
+}
