@@ -890,6 +890,50 @@ fn simulate_adaptive_writes_the_replay() {
     let again = jury(&["report", path_str(&out_dir)]);
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(fs::read_to_string(out_dir.join("report.html")).unwrap(), page);
+    // With a cost per judge: the cheapest judge first, answering every example, and
+    // the calls weighed by cost next to the calls.
+    let names: Vec<String> = a["calls_per_judge"].as_object().unwrap().keys().cloned().collect();
+    let costed = |costs: &[String], out: &Path| {
+        let mut args = vec![
+            "simulate".to_owned(),
+            "adaptive".into(),
+            "--judgments".into(),
+            path_str(&dir.path().join("judgments.csv")).into(),
+            "--labels".into(),
+            path_str(&dir.path().join("labels.csv")).into(),
+            "--out".into(),
+            path_str(out).into(),
+        ];
+        args.extend(costs.iter().flat_map(|c| ["--cost".to_owned(), c.clone()]));
+        jury(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let costs: Vec<String> =
+        names.iter().enumerate().map(|(i, n)| format!("{n}={}", if i == 3 { 1 } else { 20 })).collect();
+    let out_cost = dir.path().join("adaptive-cost");
+    let run = costed(&costs, &out_cost);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let c: Value = serde_json::from_str(&fs::read_to_string(out_cost.join("adaptive.json")).unwrap()).unwrap();
+    assert_eq!(c["cost_per_call"][&names[3]], 1.0);
+    let recorded = fs::read_to_string(dir.path().join("judgments.csv")).unwrap();
+    let present = recorded.lines().filter(|l| l.split(',').nth(1) == Some(names[3].as_str())).count();
+    assert_eq!(c["calls_per_judge"][&names[3]], present, "the cheapest judge answers every example: {c}");
+    let spent: f64 = names
+        .iter()
+        .map(|n| c["calls_per_judge"][n].as_f64().unwrap() * c["cost_per_call"][n].as_f64().unwrap())
+        .sum();
+    assert_eq!(c["cost"].as_f64().unwrap(), spent);
+    assert!(c["curve"][0]["share_of_cost"].as_f64().unwrap() > 0.0);
+    assert!(fs::read_to_string(out_cost.join("report.html")).unwrap().contains("Accuracy against cost"));
+    // Costs that name no judge, leave one out, or are not positive: one line each.
+    for (bad, says) in [
+        (vec!["nobody=1".to_owned()], "no judge `nobody`"),
+        (costs[1..].to_vec(), "no cost for judge"),
+        (vec![format!("{}=-1", names[0])], "positive number"),
+    ] {
+        let e = costed(&bad, &dir.path().join("bad"));
+        let stderr = String::from_utf8_lossy(&e.stderr);
+        assert!(!e.status.success() && stderr.contains(says), "{bad:?}: {stderr}");
+    }
     // Without a subcommand, --out is still required, with a one-line error.
     let bare = jury(&["simulate", "--examples", "5"]);
     assert_eq!(bare.status.code(), Some(2));

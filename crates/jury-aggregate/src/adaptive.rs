@@ -402,18 +402,17 @@ pub struct AdaptiveReplay {
     pub rounds: usize,
 }
 
-/// Replays the adaptive plan on `j`, a jury recorded with every judge, the judges
-/// ordered by the warm-up's estimated skill. A missing entry is a judge that would not
-/// have answered: the example asks the next judge, and no call is counted.
-pub fn replay_adaptive(j: &Judgments, cfg: &AdaptiveConfig) -> Result<AdaptiveReplay, AggregateError> {
+/// Replays the adaptive plan on `j`, a jury recorded with every judge, in `order` (the
+/// live run's rule: `JudgeOrder::ByCost` with one cost per judge in `j`'s order, equal
+/// costs ordering by the warm-up's estimated skill). A missing entry is a judge that
+/// would not have answered: the example asks the next judge, and no call is counted.
+pub fn replay_adaptive(
+    j: &Judgments,
+    cfg: &AdaptiveConfig,
+    order: JudgeOrder,
+) -> Result<AdaptiveReplay, AggregateError> {
     let k = j.n_judges();
-    let mut plan = AdaptivePlan::new(
-        j.n_examples(),
-        j.judge_names().to_vec(),
-        j.n_classes(),
-        cfg,
-        JudgeOrder::ByCost(vec![1.0; k]),
-    )?;
+    let mut plan = AdaptivePlan::new(j.n_examples(), j.judge_names().to_vec(), j.n_classes(), cfg, order)?;
     // One flag per entry, in `j.entries()` order.
     let mut revealed = vec![false; j.n_present()];
     let mut rounds = 0;
@@ -527,6 +526,27 @@ mod tests {
         plan
     }
 
+    /// Every judge at the same cost: the order follows the warm-up's skill alone.
+    fn equal(j: &Judgments) -> JudgeOrder {
+        JudgeOrder::ByCost(vec![1.0; j.n_judges()])
+    }
+
+    /// With costs the replay asks the cheap judges first: a judge ten times cheaper than
+    /// the rest answers every example, and the replay spends less (calls weighted by
+    /// cost) than with equal costs, where the most accurate judges come first.
+    #[test]
+    fn costs_put_the_cheap_judges_first() {
+        let sim = good_jury(3);
+        let j = &sim.judgments;
+        let costs: Vec<f64> = (0..j.n_judges()).map(|k| if k < 2 { 1.0 } else { 10.0 }).collect();
+        let spent = |r: &AdaptiveReplay| r.calls_per_judge.iter().zip(&costs).map(|(&n, c)| n as f64 * c).sum::<f64>();
+        let cheap = replay_adaptive(j, &AdaptiveConfig::default(), JudgeOrder::ByCost(costs.clone())).unwrap();
+        let skill = replay_adaptive(j, &AdaptiveConfig::default(), equal(j)).unwrap();
+        let present = |k: usize| j.entries().filter(|&(_, judge, _)| judge == k).count();
+        assert_eq!(cheap.calls_per_judge[..2], [present(0), present(1)], "{:?}", cheap.calls_per_judge);
+        assert!(spent(&cheap) < spent(&skill), "{} against {}", spent(&cheap), spent(&skill));
+    }
+
     /// On a simulated jury with known truth the adaptive labels stay within a point
     /// of the full jury's with under half of the calls; a target of 1 asks every judge
     /// outside the warm-up too, and the same seed replays the same calls.
@@ -536,12 +556,12 @@ mod tests {
         let j = &sim.judgments;
         let full = DawidSkene::default().aggregate(j).unwrap();
         let full_acc = accuracy(full.labels(), &sim.truth);
-        let r = replay_adaptive(j, &AdaptiveConfig::default()).unwrap();
+        let r = replay_adaptive(j, &AdaptiveConfig::default(), equal(j)).unwrap();
         let acc = accuracy(&r.labels, &sim.truth);
         assert!(r.calls < r.full_calls / 2, "{} of {} calls", r.calls, r.full_calls);
         assert!(acc > full_acc - 0.01, "adaptive {acc} full {full_acc}");
         assert_eq!(r.calls_per_judge.iter().sum::<usize>(), r.calls);
-        assert_eq!(r, replay_adaptive(j, &AdaptiveConfig::default()).unwrap());
+        assert_eq!(r, replay_adaptive(j, &AdaptiveConfig::default(), equal(j)).unwrap());
     }
 
     /// A target of 1 is never reached: every example asks every judge, and the labels
@@ -550,7 +570,7 @@ mod tests {
     fn a_target_of_one_asks_every_judge_and_equals_the_full_run() {
         let sim = good_jury(5);
         let j = &sim.judgments;
-        let r = replay_adaptive(j, &AdaptiveConfig { target: 1.0, ..AdaptiveConfig::default() }).unwrap();
+        let r = replay_adaptive(j, &AdaptiveConfig { target: 1.0, ..AdaptiveConfig::default() }, equal(j)).unwrap();
         assert_eq!(r.calls, r.full_calls);
         assert_eq!(r.labels, DawidSkene::default().aggregate(j).unwrap().labels());
     }
@@ -651,7 +671,7 @@ mod tests {
     fn a_warm_up_as_large_as_the_data_set() {
         let sim = simulate(&JuryConfig::mixed_binary(30, 2)).unwrap();
         let j = &sim.judgments;
-        let r = replay_adaptive(j, &AdaptiveConfig { warmup: 1.0, ..AdaptiveConfig::default() }).unwrap();
+        let r = replay_adaptive(j, &AdaptiveConfig { warmup: 1.0, ..AdaptiveConfig::default() }, equal(j)).unwrap();
         assert_eq!((r.calls, r.rounds), (r.full_calls, 1));
         let one = AdaptivePlan::new(
             1,
@@ -675,7 +695,7 @@ mod tests {
             AdaptiveConfig { warmup: 1.5, ..AdaptiveConfig::default() },
             AdaptiveConfig { min_judges: 0, ..AdaptiveConfig::default() },
         ] {
-            let e = replay_adaptive(&sim.judgments, &cfg).unwrap_err().to_string();
+            let e = replay_adaptive(&sim.judgments, &cfg, equal(&sim.judgments)).unwrap_err().to_string();
             assert!(e.contains("adaptive") && !e.contains('\n'), "{e}");
         }
         let mut plan =

@@ -67,6 +67,45 @@ struct AdaptiveArgs {
     /// Warm-up shares of the curve, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [0.05, 0.1, 0.2])]
     warmups: Vec<f64>,
+    /// A judge's cost per call, `JUDGE=COST` (a live run's `cost:`), repeated for each
+    /// judge: the cheaper are asked first and the curve weighs calls by cost. Without
+    /// it every judge costs 1.
+    #[arg(long = "cost", value_name = "JUDGE=COST", value_parser = judge_cost)]
+    costs: Vec<(String, f64)>,
+}
+
+/// `JUDGE=COST` with a positive cost (the last `=` splits, so judge names may hold one).
+fn judge_cost(s: &str) -> Result<(String, f64), String> {
+    let (name, cost) = s.rsplit_once('=').ok_or_else(|| format!("`{s}` is not JUDGE=COST"))?;
+    match cost.trim().parse::<f64>() {
+        Ok(c) if c.is_finite() && c > 0.0 && !name.is_empty() => Ok((name.to_owned(), c)),
+        _ => Err(format!("`{s}`: the cost must be a positive number after a judge name")),
+    }
+}
+
+/// One cost per judge of `judges`, in their order, from `--cost` pairs that name each
+/// judge once; `None` when no pair is given.
+fn costs_per_judge(judges: &[String], pairs: &[(String, f64)]) -> Result<Option<Vec<f64>>> {
+    if pairs.is_empty() {
+        return Ok(None);
+    }
+    for (name, _) in pairs {
+        if !judges.contains(name) {
+            anyhow::bail!("--cost {name}=...: no judge `{name}` in the judgments (judges: {})", judges.join(", "));
+        }
+    }
+    judges
+        .iter()
+        .map(|judge| {
+            let mut given = pairs.iter().filter(|(n, _)| n == judge).map(|&(_, c)| c);
+            match (given.next(), given.next()) {
+                (Some(c), None) => Ok(c),
+                (None, _) => anyhow::bail!("--cost gives no cost for judge `{judge}`: give every judge one, or none"),
+                (Some(_), Some(_)) => anyhow::bail!("--cost names judge `{judge}` twice"),
+            }
+        })
+        .collect::<Result<Vec<f64>>>()
+        .map(Some)
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
@@ -88,6 +127,7 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
         },
         targets: args.targets,
         warmups: args.warmups,
+        costs: costs_per_judge(judgments.judge_names(), &args.costs)?,
     };
     let study = adaptive_study(&judgments, labels.as_ref(), &settings)?;
     let out = args.files.open_out("simulate adaptive", &[AdaptiveStudy::FILE, jury_report::REPORT_FILE])?;

@@ -233,13 +233,19 @@ mod study_tests {
             chosen: jury_aggregate::AdaptiveConfig::default(),
             targets: vec![0.9, 0.95],
             warmups: vec![0.1, 0.2],
+            costs: None,
         };
-        for (with_labels, chart) in [(true, true), (false, false)] {
+        let k = sim.judgments.n_judges();
+        let costly =
+            jury_study::AdaptiveSettings { costs: Some((0..k).map(|i| 1.0 + i as f64).collect()), ..settings.clone() };
+        // (labels, costs, charts): one chart against calls, a second against cost.
+        for (with_labels, s, charts) in [(true, &settings, 1), (false, &settings, 0), (true, &costly, 2)] {
             let dir = tempfile::tempdir().unwrap();
             let l = with_labels.then_some(&labels);
-            jury_study::adaptive_study(&sim.judgments, l, &settings).unwrap().write(dir.path()).unwrap();
+            jury_study::adaptive_study(&sim.judgments, l, s).unwrap().write(dir.path()).unwrap();
             let html = render_adaptive(dir.path()).unwrap();
-            assert_eq!(html.contains("<svg"), chart, "{html}");
+            assert_eq!(html.matches("<svg").count(), charts, "{html}");
+            assert_eq!(html.contains("Accuracy against cost"), charts == 2, "{html}");
             assert_eq!(html.matches("class=\"chosen\"").count(), 1, "{html}");
             assert!(html.contains("Calls per judge") && html.contains(&sim.judgments.judge_names()[0]));
             assert_eq!(html, render_adaptive(dir.path()).unwrap(), "deterministic");

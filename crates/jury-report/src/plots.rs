@@ -196,7 +196,8 @@ pub(crate) fn slopes(points: &[(f64, f64)], what: &str) -> Result<String, Report
     Ok(svg)
 }
 
-/// One setting of the adaptive rule: its share of the full jury's calls and accuracy.
+/// One setting of the adaptive rule: its share of the full jury's calls (or cost) and
+/// accuracy.
 pub(crate) struct CostPoint {
     pub share: f64,
     pub accuracy: f64,
@@ -205,9 +206,10 @@ pub(crate) struct CostPoint {
     pub chosen: bool,
 }
 
-/// Accuracy against the share of judge calls, one point per setting (the chosen one
-/// larger), with the full jury's accuracy at 100% of the calls as a dashed line.
-pub(crate) fn accuracy_vs_calls(points: &[CostPoint], full: f64) -> Result<String, ReportError> {
+/// Accuracy against a share of the full jury's spending (`x_desc`: of its calls, or of
+/// its cost), one point per setting (the chosen one larger), with the full jury's
+/// accuracy at 100% as a dashed line.
+pub(crate) fn accuracy_vs_share(points: &[CostPoint], full: f64, x_desc: &str) -> Result<String, ReportError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (520, 340)).into_drawing_area();
@@ -226,7 +228,7 @@ pub(crate) fn accuracy_vs_calls(points: &[CostPoint], full: f64) -> Result<Strin
             .map_err(err)?;
         chart
             .configure_mesh()
-            .x_desc("share of the full jury's judge calls")
+            .x_desc(x_desc)
             .y_desc("accuracy")
             .x_label_formatter(&|x| format!("{:.0}%", 100.0 * x))
             .y_label_formatter(&|y| format!("{:.1}", 100.0 * y))

@@ -245,6 +245,9 @@ struct AdaptiveFile {
     min_judges: usize,
     seed: u64,
     calls_per_judge: BTreeMap<String, usize>,
+    cost_per_call: BTreeMap<String, f64>,
+    cost: f64,
+    full_cost: f64,
     curve: Vec<AdaptivePointFile>,
 }
 
@@ -256,15 +259,19 @@ struct AdaptivePointFile {
     accuracy: Option<f64>,
     calls: usize,
     share_of_calls: f64,
+    share_of_cost: f64,
 }
 
 #[derive(Debug, Serialize)]
 pub(crate) struct AdaptivePage {
     title: String,
     facts: Vec<(String, String)>,
-    judges: Vec<(String, usize, String)>,
+    /// Name, calls, share of its full-jury calls, cost per call.
+    judges: Vec<(String, usize, String, f64)>,
     curve: Vec<AdaptiveRow>,
     chart: Option<String>,
+    /// Accuracy against the share of the full jury's cost, where the judges' costs differ.
+    cost_chart: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -274,6 +281,7 @@ struct AdaptiveRow {
     accuracy: Option<String>,
     calls: usize,
     share: String,
+    cost_share: String,
     chosen: bool,
 }
 
@@ -293,6 +301,10 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
         ("judges before a stop".to_owned(), a.min_judges.to_string()),
         ("seed".to_owned(), a.seed.to_string()),
         ("judge calls".to_owned(), format!("{} of {} ({:.1}%)", a.calls, a.full_calls, 100.0 * share(a.calls))),
+        (
+            "cost".to_owned(),
+            format!("{} of {} ({:.1}%)", a.cost, a.full_cost, 100.0 * a.cost / a.full_cost.max(f64::MIN_POSITIVE)),
+        ),
         ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
     ];
     if let (Some(acc), Some(full)) = (a.accuracy, a.full_accuracy) {
@@ -303,7 +315,8 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
         .iter()
         .map(|(name, &n)| {
             let of = a.full_calls / a.calls_per_judge.len().max(1);
-            (name.clone(), n, format!("{:.1}%", 100.0 * n as f64 / of.max(1) as f64))
+            let cost = a.cost_per_call.get(name).copied().unwrap_or(1.0);
+            (name.clone(), n, format!("{:.1}%", 100.0 * n as f64 / of.max(1) as f64), cost)
         })
         .collect();
     let is_chosen = |p: &AdaptivePointFile| p.target == a.target && p.warmup == a.warmup;
@@ -316,24 +329,32 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
             accuracy: p.accuracy.map(pct),
             calls: p.calls,
             share: format!("{:.1}%", 100.0 * p.share_of_calls),
+            cost_share: format!("{:.1}%", 100.0 * p.share_of_cost),
             chosen: is_chosen(p),
         })
         .collect();
-    let points: Vec<plots::CostPoint> = a
-        .curve
-        .iter()
-        .filter_map(|p| {
-            p.accuracy.map(|acc| plots::CostPoint {
-                share: p.share_of_calls,
-                accuracy: acc,
-                label: format!("{} / {}", p.target, p.warmup),
-                chosen: is_chosen(p),
+    let points = |share: fn(&AdaptivePointFile) -> f64| -> Vec<plots::CostPoint> {
+        a.curve
+            .iter()
+            .filter_map(|p| {
+                p.accuracy.map(|acc| plots::CostPoint {
+                    share: share(p),
+                    accuracy: acc,
+                    label: format!("{} / {}", p.target, p.warmup),
+                    chosen: is_chosen(p),
+                })
             })
-        })
-        .collect();
-    let chart = match (points.is_empty(), a.full_accuracy) {
-        (false, Some(full)) => Some(plots::accuracy_vs_calls(&points, full)?),
+            .collect()
+    };
+    let (by_calls, by_cost) = (points(|p| p.share_of_calls), points(|p| p.share_of_cost));
+    let chart = match (by_calls.is_empty(), a.full_accuracy) {
+        (false, Some(full)) => Some(plots::accuracy_vs_share(&by_calls, full, "share of the full jury's judge calls")?),
         _ => None,
     };
-    Ok(AdaptivePage { title: "adaptive jury (replay)".to_owned(), facts, judges, curve, chart })
+    let costs_differ = a.cost_per_call.values().any(|&c| Some(c) != a.cost_per_call.values().next().copied());
+    let cost_chart = match (by_cost.is_empty() || !costs_differ, a.full_accuracy) {
+        (false, Some(full)) => Some(plots::accuracy_vs_share(&by_cost, full, "share of the full jury's cost")?),
+        _ => None,
+    };
+    Ok(AdaptivePage { title: "adaptive jury (replay)".to_owned(), facts, judges, curve, chart, cost_chart })
 }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use jury_aggregate::{AdaptiveConfig, Aggregator, DawidSkene, replay_adaptive};
+use jury_aggregate::{AdaptiveConfig, AdaptiveReplay, Aggregator, DawidSkene, JudgeOrder, replay_adaptive};
 use jury_core::{Judgments, Labels};
 use jury_io::write_atomic;
 use jury_metrics::accuracy;
@@ -20,6 +20,10 @@ pub struct AdaptiveSettings {
     pub chosen: AdaptiveConfig,
     pub targets: Vec<f64>,
     pub warmups: Vec<f64>,
+    /// One cost per judge, in the judgments' judge order (a live run's `cost:`): the
+    /// order asks the cheaper first, and the curve weighs each call by its judge's cost.
+    /// `None`: every judge costs 1, and the order follows the warm-up's skill.
+    pub costs: Option<Vec<f64>>,
 }
 
 /// adaptive.json.
@@ -37,6 +41,11 @@ pub struct AdaptiveStudy<'a> {
     pub min_judges: usize,
     pub seed: u64,
     pub calls_per_judge: Named<'a, usize>,
+    /// Each judge's cost per call (1 where none was given).
+    pub cost_per_call: Named<'a, f64>,
+    /// The calls at the chosen setting weighed by their judges' costs.
+    pub cost: f64,
+    pub full_cost: f64,
     /// Every (target, warm-up) of the grid.
     pub curve: Vec<AdaptivePoint>,
 }
@@ -49,6 +58,9 @@ pub struct AdaptivePoint {
     pub calls: usize,
     /// calls / full_calls.
     pub share_of_calls: f64,
+    pub cost: f64,
+    /// cost / full_cost.
+    pub share_of_cost: f64,
 }
 
 /// Replays the rule at the chosen setting and over the grid.
@@ -58,8 +70,24 @@ pub fn adaptive_study<'a>(
     s: &AdaptiveSettings,
 ) -> Result<AdaptiveStudy<'a>, StudyError> {
     let score = |predicted: &[usize]| labels.and_then(|l| accuracy(predicted, l));
+    let costs = s.costs.clone().unwrap_or_else(|| vec![1.0; j.n_judges()]);
+    if costs.len() != j.n_judges() || costs.iter().any(|c| !c.is_finite() || *c <= 0.0) {
+        return Err(StudyError::Option {
+            flag: "--cost",
+            reason: format!("gives {} costs for {} judges; each must be a positive number", costs.len(), j.n_judges()),
+        });
+    }
+    let spent = |calls_per_judge: &[usize]| calls_per_judge.iter().zip(&costs).map(|(&n, c)| n as f64 * c).sum::<f64>();
+    let mut full_per_judge = vec![0; j.n_judges()];
+    for (_, judge, _) in j.entries() {
+        full_per_judge[judge] += 1;
+    }
+    let full_cost = spent(&full_per_judge);
+    let replay = |cfg: &AdaptiveConfig| -> Result<AdaptiveReplay, StudyError> {
+        Ok(replay_adaptive(j, cfg, JudgeOrder::ByCost(costs.clone()))?)
+    };
     let full = DawidSkene::new(s.chosen.ds).aggregate(j)?;
-    let chosen = replay_adaptive(j, &s.chosen)?;
+    let chosen = replay(&s.chosen)?;
     let mut curve = Vec::new();
     for &target in &s.targets {
         for &warmup in &s.warmups {
@@ -69,7 +97,7 @@ pub fn adaptive_study<'a>(
             let r = if cfg == s.chosen {
                 &chosen
             } else {
-                other = replay_adaptive(j, &cfg)?;
+                other = replay(&cfg)?;
                 &other
             };
             curve.push(AdaptivePoint {
@@ -78,6 +106,8 @@ pub fn adaptive_study<'a>(
                 accuracy: score(&r.labels),
                 calls: r.calls,
                 share_of_calls: r.calls as f64 / r.full_calls as f64,
+                cost: spent(&r.calls_per_judge),
+                share_of_cost: spent(&r.calls_per_judge) / full_cost.max(f64::MIN_POSITIVE),
             });
         }
     }
@@ -93,6 +123,9 @@ pub fn adaptive_study<'a>(
         calls_per_judge: Named(
             j.judge_names().iter().map(String::as_str).zip(chosen.calls_per_judge.iter().copied()).collect(),
         ),
+        cost_per_call: Named(j.judge_names().iter().map(String::as_str).zip(costs.iter().copied()).collect()),
+        cost: spent(&chosen.calls_per_judge),
+        full_cost,
         curve,
     })
 }
@@ -111,25 +144,29 @@ impl AdaptiveStudy<'_> {
     pub fn table(&self) -> String {
         let pct = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{:.2}", 100.0 * x));
         let mut out = format!(
-            "full jury (ds): accuracy {} with {} calls\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share\n",
+            "full jury (ds): accuracy {} with {} calls (cost {})\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%), cost {} ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share  cost share\n",
             pct(self.full_accuracy),
             self.full_calls,
+            self.full_cost,
             self.target,
             self.warmup,
             self.min_judges,
             pct(self.accuracy),
             self.calls,
-            100.0 * self.calls as f64 / self.full_calls.max(1) as f64
+            100.0 * self.calls as f64 / self.full_calls.max(1) as f64,
+            self.cost,
+            100.0 * self.cost / self.full_cost.max(f64::MIN_POSITIVE)
         );
         for p in &self.curve {
             let _ = writeln!(
                 out,
-                "{:<7} {:<8} {:>8} {:>6} {:>5.1}%",
+                "{:<7} {:<8} {:>8} {:>6} {:>5.1}% {:>10.1}%",
                 p.target,
                 p.warmup,
                 pct(p.accuracy),
                 p.calls,
-                100.0 * p.share_of_calls
+                100.0 * p.share_of_calls,
+                100.0 * p.share_of_cost
             );
         }
         out
