@@ -917,10 +917,8 @@ fn simulate_adaptive_writes_the_replay() {
     let recorded = fs::read_to_string(dir.path().join("judgments.csv")).unwrap();
     let present = recorded.lines().filter(|l| l.split(',').nth(1) == Some(names[3].as_str())).count();
     assert_eq!(c["calls_per_judge"][&names[3]], present, "the cheapest judge answers every example: {c}");
-    let spent: f64 = names
-        .iter()
-        .map(|n| c["calls_per_judge"][n].as_f64().unwrap() * c["cost_per_call"][n].as_f64().unwrap())
-        .sum();
+    let spent: f64 =
+        names.iter().map(|n| c["calls_per_judge"][n].as_f64().unwrap() * c["cost_per_call"][n].as_f64().unwrap()).sum();
     assert_eq!(c["cost"].as_f64().unwrap(), spent);
     assert!(c["curve"][0]["share_of_cost"].as_f64().unwrap() > 0.0);
     assert!(fs::read_to_string(out_cost.join("report.html")).unwrap().contains("Accuracy against cost"));

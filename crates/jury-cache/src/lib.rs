@@ -67,6 +67,18 @@ pub fn file_sha256(path: &Path) -> Result<String, CacheError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The identity of a GGUF judge in cache keys: its weights' SHA-256, combined with the
+/// tokenizer folder's that renders its prompts, when one does (the tokenizer changes
+/// the token sequence, hence the answer). `jury run` and `jury rank --eval llm` key
+/// their judgments with it.
+pub fn gguf_identity(gguf: &Path, tokenizer: Option<&Path>) -> Result<String, CacheError> {
+    let weights = file_sha256(gguf)?;
+    Ok(match tokenizer {
+        Some(dir) => key(&[weights.as_bytes(), dir_sha256(dir)?.as_bytes()]),
+        None => weights,
+    })
+}
+
 /// Hex SHA-256 identifying a model directory's contents: every regular file at its top
 /// level (symbolic links followed), by name and content hash, in name order. A file
 /// that is a link into a Hugging Face hub cache's `blobs/` folder whose target is named by

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use indicatif::ProgressBar;
-use jury_cache::{Cache, file_sha256};
+use jury_cache::Cache;
 use jury_judge::{AnyJudge, Judge, JudgeConfig, ModelSource, Template, Verdict};
 use jury_rank::Evaluation;
 use jury_runner::any_judgment_key;
@@ -50,15 +50,7 @@ impl LlmEvaluation {
             bail!("--eval llm: {problem}");
         }
         let template = Template::load(cfg.template)?;
-        let weights = file_sha256(cfg.gguf)?;
-        // The tokenizer changes the token sequence, hence the answer (as in `jury run`).
-        let model_sha256 = match cfg.tokenizer {
-            Some(dir) => jury_cache::key(&[
-                weights.as_bytes(),
-                jury_cache::dir_sha256(dir).with_context(|| format!("hashing {}", dir.display()))?.as_bytes(),
-            ]),
-            None => weights,
-        };
+        let model_sha256 = jury_cache::gguf_identity(cfg.gguf, cfg.tokenizer)?;
         let rt =
             tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
         let name = cfg.gguf.file_stem().map_or("llm".into(), |s| s.to_string_lossy().into_owned());

@@ -34,7 +34,7 @@ pub(crate) struct Args {
     #[arg(long)]
     both_orders: bool,
     /// LLM evaluation: prompts longer than this many tokens are truncated.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = jury_core::DEFAULT_MAX_PROMPT_TOKENS)]
     max_prompt_tokens: usize,
     /// LLM evaluation: a Hugging Face tokenizer directory to use instead of the one
     /// mistral.rs builds from the GGUF (as a `jury run` judge's `tokenizer:`).

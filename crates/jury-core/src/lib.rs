@@ -21,6 +21,11 @@ pub use prob::{Prob, normalize_prob_vector};
 /// this is renormalised.
 pub const SUM_TOLERANCE: f64 = 1e-3;
 
+/// A judge's prompt budget in tokens unless the user sets one (`max_prompt_tokens:` of
+/// an experiment or a server judge, `jury rank --max-prompt-tokens`): longer prompts are
+/// cut, the longest field first.
+pub const DEFAULT_MAX_PROMPT_TOKENS: usize = 2048;
+
 /// Invalid data handed to a constructor of this crate. Messages name the example and
 /// judge; callers that read files add the file and row.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

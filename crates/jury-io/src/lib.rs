@@ -17,7 +17,7 @@ pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};
 pub use table::{read_categories, read_judgments, read_labels, read_texts};
-pub use write::{csv_field, write_atomic};
+pub use write::{csv_field, persist_synced, write_atomic};
 
 use std::path::PathBuf;
 

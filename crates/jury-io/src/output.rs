@@ -287,9 +287,13 @@ fn write_marker(
     let doc = json!({"command": owner.command, "source": owner.source, "complete": complete, "files": files});
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
     let tmp = staging.join(".marker");
-    let mut f = File::create(&tmp).map_err(io(&tmp, "write the output marker"))?;
-    f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(io(&tmp, "write the output marker"))?;
-    std::fs::rename(&tmp, &path).map_err(io(&path, "write the output marker"))
+    std::fs::write(&tmp, text).map_err(io(&tmp, "write the output marker"))?;
+    crate::persist_synced(&tmp, &path).map_err(|e| match e {
+        crate::IoError::Write { path, source } => OutputError::Io { path, what: "write the output marker", source },
+        other => {
+            OutputError::Io { path, what: "write the output marker", source: std::io::Error::other(other.to_string()) }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -17,6 +17,16 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), IoError> {
     Ok(())
 }
 
+/// Makes `tmp`, a file a writer filled beside `path` (in the same directory, for
+/// writers that take a path of their own, such as safetensors), durable and then
+/// visible as `path` in one rename: `path` is the old file or the whole new one.
+pub fn persist_synced(tmp: &Path, path: &Path) -> Result<(), IoError> {
+    std::fs::File::open(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|source| IoError::Write { path: tmp.to_owned(), source })?;
+    std::fs::rename(tmp, path).map_err(|source| IoError::Write { path: path.to_owned(), source })
+}
+
 /// Quotes a CSV field when it holds a delimiter, quote or line break (RFC 4180).
 pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")).into() } else { s.into() }
@@ -25,6 +35,19 @@ pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_synced_file_replaces_the_old_one_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, path) = (dir.path().join("x.tmp"), dir.path().join("x.bin"));
+        std::fs::write(&path, b"old").unwrap();
+        std::fs::write(&tmp, b"new contents").unwrap();
+        persist_synced(&tmp, &path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new contents");
+        assert!(!tmp.exists());
+        let e = persist_synced(&dir.path().join("absent"), &path).unwrap_err().to_string();
+        assert!(e.contains("absent"), "{e}");
+    }
 
     #[test]
     fn atomic_write_replaces_whole_file() {

@@ -873,7 +873,7 @@ impl Default for ServerJudgeConfig {
             mode: None,
             engine: ServerEngine::Openai,
             top_logprobs: 20,
-            max_prompt_tokens: 2048,
+            max_prompt_tokens: jury_core::DEFAULT_MAX_PROMPT_TOKENS,
             pool: PoolConfig { timeout: Duration::from_secs(120), ..PoolConfig::default() },
         }
     }

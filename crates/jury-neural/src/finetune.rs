@@ -119,7 +119,7 @@ impl Trainee<'_> {
         }
         candle_core::safetensors::save(&opt, tmp(&ck.optimiser))?;
         for f in ck.files() {
-            std::fs::rename(tmp(f), f).map_err(|e| io_err(f, e))?;
+            jury_io::persist_synced(&tmp(f), f)?;
         }
         Ok(())
     }
@@ -178,12 +178,9 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> NeuralError {
     NeuralError::File { path: path.to_owned(), reason: e.to_string() }
 }
 
-/// Writes `value` as JSON to a temporary name, then renames it to `path`: the file
-/// appears whole or not at all.
+/// Writes `value` as JSON, atomically: the file appears whole or not at all.
 fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), NeuralError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_string(value).map_err(|e| io_err(path, e))?).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+    Ok(jury_io::write_atomic(path, serde_json::to_string(value).map_err(|e| io_err(path, e))?.as_bytes())?)
 }
 
 /// A list written beside an epoch's posteriors; empty when the epoch was checkpointed

@@ -240,7 +240,7 @@ impl Default for Runtime {
             dequantize: true,
             prefix_cache: true,
             max_concurrency: 1,
-            max_prompt_tokens: 2048,
+            max_prompt_tokens: jury_core::DEFAULT_MAX_PROMPT_TOKENS,
             dump_prompts: false,
             bad_cache_records: jury_cache::OnBadRecord::Recompute,
             device: jury_judge::JudgeDevice::Auto,

@@ -103,13 +103,8 @@ fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Ju
     } else {
         let (source, model_sha256) = match (&entry.gguf, &entry.model_id) {
             (Some(path), _) => {
-                let weights =
-                    jury_cache::file_sha256(path).map_err(|e| setup(format!("hashing {}: {e}", path.display())))?;
-                let hash = match &entry.tokenizer {
-                    // The tokenizer changes the token sequence, hence the answer.
-                    Some(dir) => jury_cache::key(&[weights.as_bytes(), hash_dir(dir)?.as_bytes()]),
-                    None => weights,
-                };
+                let hash = jury_cache::gguf_identity(path, entry.tokenizer.as_deref())
+                    .map_err(|e| setup(format!("hashing: {e}")))?;
                 (ModelSource::Gguf(path.clone()), Some(hash))
             }
             // Hashed after loading, when a hub download has put the snapshot on disk.

@@ -153,11 +153,11 @@ fn no_agreement(votes: &PairVotes) -> Option<String> {
     let mut best = f64::NEG_INFINITY;
     for a in 0..k {
         for b in (a + 1)..k {
-            let pairs: Vec<(f64, f64)> = (0..votes.n_items())
+            let (xs, ys): (Vec<f64>, Vec<f64>) = (0..votes.n_items())
                 .filter_map(|i| Some((f64::from(u8::from(votes.vote(i, a)?)), f64::from(u8::from(votes.vote(i, b)?)))))
-                .collect();
-            if let Some(r) = correlation(&pairs) {
-                best = best.max(r * (pairs.len() as f64).sqrt());
+                .unzip();
+            if let Some(r) = jury_metrics::pearson(&xs, &ys) {
+                best = best.max(r * (xs.len() as f64).sqrt());
             }
         }
     }
@@ -167,21 +167,6 @@ fn no_agreement(votes: &PairVotes) -> Option<String> {
              (largest agreement z = {best:.2} < {AGREEMENT_Z}): q0 + q1 may be 1 for all of them, and then any win rate fits"
         )
     })
-}
-
-fn correlation(xy: &[(f64, f64)]) -> Option<f64> {
-    let n = xy.len() as f64;
-    if n < 2.0 {
-        return None;
-    }
-    let (mx, my) = (xy.iter().map(|p| p.0).sum::<f64>() / n, xy.iter().map(|p| p.1).sum::<f64>() / n);
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (x, y) in xy {
-        sxy += (x - mx) * (y - my);
-        sxx += (x - mx).powi(2);
-        syy += (y - my).powi(2);
-    }
-    (sxx > 0.0 && syy > 0.0).then(|| sxy / (sxx * syy).sqrt())
 }
 
 #[cfg(test)]
