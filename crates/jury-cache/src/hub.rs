@@ -72,6 +72,33 @@ impl HubFile<'_> {
     }
 }
 
+/// A hub repository named `OWNER/NAME` or `OWNER/NAME@REVISION`: the one parser of the
+/// ids a user writes for models (`model_id:`, an encoder) and inside data set addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepoId<'a> {
+    /// `OWNER/NAME`.
+    pub id: &'a str,
+    pub revision: Option<&'a str>,
+}
+
+impl<'a> RepoId<'a> {
+    /// `None` unless the owner, the name and (where an `@` is written) the revision are
+    /// all non-empty, with exactly one `/`.
+    pub fn parse(text: &'a str) -> Option<Self> {
+        let (id, revision) = match text.split_once('@') {
+            Some((id, rev)) => (id, Some(rev)),
+            None => (text, None),
+        };
+        let mut parts = id.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(owner), Some(name), None) if !owner.is_empty() && !name.is_empty() && revision != Some("") => {
+                Some(Self { id, revision })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The snapshot folder of model `id` at `main` in the hub cache at `cache`, when one
 /// holding a `config.json` is there (laid out as `models--OWNER--NAME/refs/main` naming
 /// `snapshots/COMMIT/`).
@@ -81,4 +108,18 @@ pub fn model_snapshot(cache: &Path, id: &str) -> Option<PathBuf> {
         .ok()
         .map(|commit| repo.join("snapshots").join(commit.trim()))
         .filter(|dir| dir.join("config.json").is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_ids_parse_with_and_without_a_revision() {
+        assert_eq!(RepoId::parse("org/name"), Some(RepoId { id: "org/name", revision: None }));
+        assert_eq!(RepoId::parse("org/name@v1"), Some(RepoId { id: "org/name", revision: Some("v1") }));
+        for bad in ["name", "org/", "/name", "org/name@", "a/b/c", ""] {
+            assert_eq!(RepoId::parse(bad), None, "{bad}");
+        }
+    }
 }

@@ -24,17 +24,17 @@ impl HubFile {
     pub fn parse(path: &Path) -> Option<Result<HubFile, DatasetError>> {
         let rest = path.to_str()?.strip_prefix(SCHEME)?;
         let bad = || DatasetError::HubAddress { address: path.display().to_string() };
-        let mut parts = rest.splitn(3, '/');
-        let (owner, name, file) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(o), Some(n), Some(f)) if !o.is_empty() && !n.is_empty() && !f.is_empty() => (o, n, f),
-            _ => return Some(Err(bad())),
-        };
-        let (name, revision) = match name.split_once('@') {
-            Some((n, r)) if !n.is_empty() && !r.is_empty() => (n, Some(r.to_owned())),
-            Some(_) => return Some(Err(bad())),
-            None => (name, None),
-        };
-        Some(Ok(HubFile { repo: format!("{owner}/{name}"), revision, file: file.to_owned() }))
+        // OWNER/NAME[@REVISION], then the file's path inside the repository.
+        let repo_end = rest.match_indices('/').nth(1).map(|(i, _)| i);
+        let parsed = repo_end.and_then(|end| Some((jury_cache::hub::RepoId::parse(&rest[..end])?, &rest[end + 1..])));
+        match parsed {
+            Some((repo, file)) if !file.is_empty() => Some(Ok(HubFile {
+                repo: repo.id.to_owned(),
+                revision: repo.revision.map(str::to_owned),
+                file: file.to_owned(),
+            })),
+            _ => Some(Err(bad())),
+        }
     }
 
     /// The file's local path: from the hub cache at `cache`, else (unless `offline`)

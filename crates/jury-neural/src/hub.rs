@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use jury_cache::hub::{HubFile, RepoKind};
+use jury_cache::hub::{HubFile, RepoId, RepoKind};
 
 use crate::NeuralError;
 
@@ -33,14 +33,9 @@ pub fn model_dir(spec: &Path, cache: &Path, offline: bool) -> Result<PathBuf, Ne
         return Err(err("no such folder (scripts/fetch-encoder.sh fetches models/all-MiniLM-L6-v2)".into()));
     }
     let text = spec.to_str().ok_or_else(|| err("not a folder".into()))?;
-    let (id, revision) = match text.split_once('@') {
-        Some((id, rev)) => (id, Some(rev)),
-        None => (text, None),
-    };
-    let parts: Vec<&str> = id.split('/').collect();
-    if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) || revision == Some("") {
+    let Some(RepoId { id, revision }) = RepoId::parse(text) else {
         return Err(err("neither a folder nor a hub model id (OWNER/NAME[@REVISION])".into()));
-    }
+    };
     let hub_err = |reason: String| err(format!("hub model (cache {}): {reason}", cache.display()));
     let mut paths = Vec::new();
     for file in ENCODER_FILES {
