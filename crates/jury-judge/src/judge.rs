@@ -514,12 +514,14 @@ impl Judge {
 
     /// Empties mistral.rs's prefix cache. mistral.rs 0.8.1 stores the KV cache of every
     /// finished sequence and evicts only caches that are not in CPU memory
-    /// (`PrefixCacheManagerV2::evict_caches`), so on a CPU the cache grows without bound
-    /// (about 75 MB per judgment for SmolLM2-135M). Its one way to drop CPU caches is
-    /// the forward-error path, which calls `evict_all_caches`: this sends a request
-    /// whose logits processor fails, alone in the engine (the gate is held exclusively,
-    /// so no other judgment shares its batch and fails with it). The next judgment after
-    /// a flush computes its prompt in full and seeds the cache again.
+    /// (`PrefixCacheManagerV2::evict_caches`), so on a CPU the cache's map grows without
+    /// bound. Its one way to drop CPU caches is the forward-error path, which calls
+    /// `evict_all_caches`: this sends a request whose logits processor fails, alone in
+    /// the engine (the gate is held exclusively, so no other judgment shares its batch
+    /// and fails with it). The next judgment after a flush computes its prompt in full
+    /// and seeds the cache again. It does not bound the process's memory: the evicted
+    /// tensors stay referenced elsewhere in mistral.rs (docs/benchmarks.md, "Judges:
+    /// memory with the prefix cache"), so long CPU runs turn the prefix cache off.
     async fn flush_prefix_cache(&self) -> Result<(), JudgeError> {
         let _alone = self.gate.write().await;
         // Another request may have flushed while this one waited for the gate.
