@@ -15,46 +15,9 @@ work = tempfile.mkdtemp(prefix="jury-bench-fleet-")
 repo = os.getcwd()
 
 
-def run_once(urls, n, tag):
-    data = os.path.join(work, f"data-{n}.csv")
-    if not os.path.exists(data):
-        with open(data, "w") as f:
-            f.write("id,statement,label\n")
-            for i in range(n):
-                f.write(f"s{i},Statement number {i} is about the number {i * 7919 % 10007}.,{'true' if i % 2 else 'false'}\n")
-    out = os.path.join(work, f"out-{tag}")
-    config = os.path.join(work, f"{tag}.yaml")
-    with open(config, "w") as f:
-        f.write(f"""name: bench-fleet
-dataset:
-  name: demo-facts
-  path: {data}
-prompt: {repo}/prompts/demo-facts.yaml
-judges:
-  - name: fleet
-    server:
-      base_urls: {json.dumps(urls)}
-      model: fake
-      max_in_flight: {IN_FLIGHT}
-      timeout_s: 30
-      retries: 2
-      top_logprobs: 5
-aggregate:
-  methods: [mv]
-output: {out}
-""")
-    r = subprocess.run([jury, "run", config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        sys.exit(f"jury run failed: {r.stderr[-2000:]}")
-    m = json.load(open(os.path.join(out, "manifest.json")))
-    judge = m["judges"][0]
-    shutil.rmtree(out)
-    if judge["scored"] != n:
-        sys.exit(f"{tag}: scored {judge['scored']} of {n}")
-    return judge["scored"] / judge["judge_seconds"]
-
-
-def run_jury(urls_per_judge, n, tag, adaptive):
+def manifest(urls_per_judge, n, tag, adaptive):
+    """Runs `jury run` once: one server judge per list of URLs on the first n statements
+    (adaptively or not), in a fresh output folder; returns its manifest.json."""
     data = os.path.join(work, f"data-{n}.csv")
     if not os.path.exists(data):
         with open(data, "w") as f:
@@ -94,9 +57,23 @@ output: {out}
         sys.exit(f"jury run failed: {r.stderr[-2000:]}")
     m = json.load(open(os.path.join(out, "manifest.json")))
     shutil.rmtree(out)
-    per_judge = m["adaptive"]["calls_per_judge"] if adaptive else {j["name"]: j["scored"] for j in m["judges"]}
     if any(j["failed"] for j in m["judges"]):
         sys.exit(f"{tag}: failed judgments")
+    return m
+
+
+def run_once(urls, n, tag):
+    """One judge on every server: its scored examples over its judging seconds."""
+    judge = manifest([urls], n, tag, False)["judges"][0]
+    if judge["scored"] != n:
+        sys.exit(f"{tag}: scored {judge['scored']} of {n}")
+    return judge["scored"] / judge["judge_seconds"]
+
+
+def run_jury(urls_per_judge, n, tag, adaptive):
+    """Several judges: the calls, their rate over the run's wall seconds, and the bound."""
+    m = manifest(urls_per_judge, n, tag, adaptive)
+    per_judge = m["adaptive"]["calls_per_judge"] if adaptive else {j["name"]: j["scored"] for j in m["judges"]}
     calls = sum(per_judge.values())
     # The fastest these calls can go: each judge's calls at its own servers' ideal rate,
     # the busiest judge setting the time.
