@@ -173,8 +173,8 @@ impl AdaptivePlan {
             JudgeOrder::Given(order) if order.iter().any(|&j| j >= k) => {
                 return Err(bad(format!("the order names judge {} of {k}", order.iter().max().unwrap_or(&0))));
             }
-            JudgeOrder::ByCost(costs) if costs.len() != k => {
-                return Err(bad(format!("{} costs for {k} judges", costs.len())));
+            JudgeOrder::ByCost(costs) if costs.len() != k || costs.iter().any(|c| !(c.is_finite() && *c > 0.0)) => {
+                return Err(bad(format!("{} costs for {k} judges; each must be a positive number", costs.len())));
             }
             _ => {}
         }
@@ -697,6 +697,11 @@ mod tests {
         ] {
             let e = replay_adaptive(&sim.judgments, &cfg, equal(&sim.judgments)).unwrap_err().to_string();
             assert!(e.contains("adaptive") && !e.contains('\n'), "{e}");
+        }
+        for costs in [vec![1.0], vec![1.0, 0.0], vec![1.0, f64::NAN]] {
+            let names = vec!["a".into(), "b".into()];
+            let e = AdaptivePlan::new(3, names, 2, &AdaptiveConfig::default(), JudgeOrder::ByCost(costs));
+            assert!(e.unwrap_err().to_string().contains("positive number"));
         }
         let mut plan =
             AdaptivePlan::new(3, vec!["a".into()], 2, &AdaptiveConfig::default(), JudgeOrder::Given(vec![0])).unwrap();

@@ -70,13 +70,9 @@ pub fn adaptive_study<'a>(
     s: &AdaptiveSettings,
 ) -> Result<AdaptiveStudy<'a>, StudyError> {
     let score = |predicted: &[usize]| labels.and_then(|l| accuracy(predicted, l));
+    // AdaptivePlan refuses a cost list of the wrong length or with a cost that is not
+    // positive.
     let costs = s.costs.clone().unwrap_or_else(|| vec![1.0; j.n_judges()]);
-    if costs.len() != j.n_judges() || costs.iter().any(|c| !c.is_finite() || *c <= 0.0) {
-        return Err(StudyError::Option {
-            flag: "--cost",
-            reason: format!("gives {} costs for {} judges; each must be a positive number", costs.len(), j.n_judges()),
-        });
-    }
     let spent = |calls_per_judge: &[usize]| calls_per_judge.iter().zip(&costs).map(|(&n, c)| n as f64 * c).sum::<f64>();
     let mut full_per_judge = vec![0; j.n_judges()];
     for (_, judge, _) in j.entries() {
@@ -100,14 +96,15 @@ pub fn adaptive_study<'a>(
                 other = replay(&cfg)?;
                 &other
             };
+            let cost = spent(&r.calls_per_judge);
             curve.push(AdaptivePoint {
                 target,
                 warmup,
                 accuracy: score(&r.labels),
                 calls: r.calls,
                 share_of_calls: r.calls as f64 / r.full_calls as f64,
-                cost: spent(&r.calls_per_judge),
-                share_of_cost: spent(&r.calls_per_judge) / full_cost.max(f64::MIN_POSITIVE),
+                cost,
+                share_of_cost: cost / full_cost.max(f64::MIN_POSITIVE),
             });
         }
     }
