@@ -875,12 +875,13 @@ fn simulate_adaptive_writes_the_replay() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("full jury (ds): accuracy"), "{stdout}");
+    assert!(stdout.contains("full jury (gauss): accuracy"), "{stdout}");
     let a: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("adaptive.json")).unwrap()).unwrap();
     let (calls, full) = (a["calls"].as_u64().unwrap(), a["full_calls"].as_u64().unwrap());
     assert!(calls < full, "{calls} of {full}");
     assert!((0.0..=1.0).contains(&a["accuracy"].as_f64().unwrap()));
     assert!((0.0..=1.0).contains(&a["full_accuracy"].as_f64().unwrap()));
+    assert_eq!(a["method"], "gauss", "the recommended model for two classes");
     assert_eq!(a["curve"].as_array().unwrap().len(), 2 * 3);
     let per_judge: u64 = a["calls_per_judge"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
     assert_eq!(per_judge, calls);

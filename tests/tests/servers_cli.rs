@@ -436,7 +436,9 @@ fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
 }
 
 /// An adaptive run: two in-process judges and one on llama-server, a warm-up that every
-/// judge answers, then judges asked one at a time until Dawid-Skene settles an example.
+/// judge answers, then judges asked one at a time until Dawid-Skene settles an example
+/// (Dawid-Skene reads each answer as a vote, so the server's run-to-run differences of
+/// up to 0.02 cannot change a decision, as they could the Gaussian's).
 /// A run killed with SIGKILL at three moments and resumed each time asks no judge
 /// twice and ends with the same decisions and judgments as an uninterrupted run (byte
 /// for byte for the in-process judges).
@@ -454,7 +456,7 @@ fn adaptive_run_stops_early_and_resumes_to_the_same_judgments() {
         server_judge("server-qwen", &[server.url()], "      top_logprobs: 100\n"),
     );
     let n = 24;
-    let adaptive = "adaptive: {target: 0.9, min_judges: 2, warmup: 0.25, seed: 1}\n";
+    let adaptive = "adaptive: {target: 0.9, min_judges: 2, warmup: 0.25, seed: 1, posterior: ds}\n";
     let write = |dir: &Path| {
         let cfg = experiment(dir, n, &judges, None);
         let text = fs::read_to_string(&cfg)

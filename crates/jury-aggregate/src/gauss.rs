@@ -13,8 +13,8 @@
 
 use jury_core::Judgments;
 
-use crate::linalg::{cholesky, log_det, mahalanobis};
-use crate::special::softmax_in_place;
+use crate::linalg::{cholesky, cholesky_solve, log_det, mahalanobis};
+use crate::special::{agreeing_share, softmax_in_place};
 use crate::{AggregateError, Aggregation, Aggregator, DawidSkene, DawidSkeneConfig, Diagnostics, SkillReport, finish};
 
 /// Probabilities are clipped to [CLIP, 1 - CLIP] before their log-odds are taken, so a
@@ -50,6 +50,12 @@ impl CorrelatedGaussian {
     }
 }
 
+impl From<Model> for GaussParams {
+    fn from(model: Model) -> Self {
+        GaussParams { prior: model.prior, mean: model.mean, cov: model.cov }
+    }
+}
+
 /// One class-conditional Gaussian per class (two classes), judges in matrix order.
 struct Model {
     prior: [f64; 2],
@@ -59,6 +65,154 @@ struct Model {
     log_det: [f64; 2],
     /// The covariances' diagonals (for the skills).
     var: [Vec<f64>; 2],
+    /// The covariances, ridge included (for posteriors of partly judged examples).
+    cov: [Vec<f64>; 2],
+}
+
+/// The fitted class-conditional Gaussians of [`CorrelatedGaussian`], for the posterior of
+/// an example that only some judges have judged (the adaptive jury's stopping rule).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaussParams {
+    prior: [f64; 2],
+    mean: [Vec<f64>; 2],
+    /// Row-major judges x judges.
+    cov: [Vec<f64>; 2],
+}
+
+impl GaussParams {
+    /// P(negative), P(positive) of an example from the judges that judged it (judge
+    /// index, P(positive)): each class's Gaussian marginalised to those judges, so a
+    /// judge not asked adds nothing and a judge of a family already asked adds what the
+    /// family's correlation leaves. No judge: the prior.
+    pub fn posterior(&self, answers: &[(usize, f64)]) -> [f64; 2] {
+        let m = self.mean[0].len();
+        // A judge listed twice counts once (its repeat would make the covariance
+        // singular).
+        let mut seen = vec![false; m];
+        let answers: Vec<(usize, f64)> =
+            answers.iter().copied().filter(|&(k, _)| k < m && !std::mem::replace(&mut seen[k], true)).collect();
+        let s = answers.len();
+        let (mut sub, mut centred, mut scratch) = (vec![0.0; s * s], vec![0.0; s], vec![0.0; s]);
+        let mut log = self.prior.map(f64::ln);
+        let mut evidence = [0.0; 2];
+        for (c, e) in evidence.iter_mut().enumerate() {
+            for (a, &(ka, _)) in answers.iter().enumerate() {
+                for (b, &(kb, _)) in answers.iter().enumerate() {
+                    sub[a * s + b] = self.cov[c][ka * m + kb];
+                }
+            }
+            // A principal sub-matrix of a positive definite matrix is positive definite;
+            // should rounding break that, the answers are not evidence.
+            let Some(chol) = cholesky(&sub, s) else { return softmax(log) };
+            for (d, &(k, p)) in centred.iter_mut().zip(&answers) {
+                *d = log_odds(p) - self.mean[c][k];
+            }
+            *e = -0.5 * mahalanobis(&chol, s, &centred, &mut scratch) - 0.5 * log_det(&chol, s);
+        }
+        log.iter_mut().zip(evidence).for_each(|(l, e)| *l += e);
+        softmax(log)
+    }
+
+    /// The probability, under the model, that the judges `remaining` (not yet asked)
+    /// would leave the verdict of the judges who answered unchanged: the share of
+    /// `draws` draws of the remaining judges' log-odds (class from the current
+    /// posterior, then the class's Gaussian conditioned on the answers) whose verdict
+    /// with everyone, answered and remaining, is the current one, as
+    /// `(agreeing + 1) / (draws + 2)`; the count stops once that cannot reach `floor`.
+    /// No judge remaining: 1.
+    pub fn agreement(
+        &self,
+        answers: &[(usize, f64)],
+        remaining: &[usize],
+        draws: usize,
+        floor: f64,
+        rng: &mut impl rand::Rng,
+    ) -> f64 {
+        let m = self.mean[0].len();
+        let mut seen = vec![false; m];
+        let answers: Vec<(usize, f64)> =
+            answers.iter().copied().filter(|&(k, _)| k < m && !std::mem::replace(&mut seen[k], true)).collect();
+        let missing: Vec<usize> =
+            remaining.iter().copied().filter(|&k| k < m && !std::mem::replace(&mut seen[k], true)).collect();
+        if missing.is_empty() || draws == 0 {
+            return 1.0;
+        }
+        let present: Vec<usize> = answers.iter().map(|&(k, _)| k).collect();
+        let xo: Vec<f64> = answers.iter().map(|&(_, p)| log_odds(p)).collect();
+        let everyone: Vec<usize> = present.iter().chain(&missing).copied().collect();
+        let (o, q, u) = (present.len(), missing.len(), everyone.len());
+        let posterior = self.posterior(&answers);
+        let current = usize::from(posterior[1] >= posterior[0]);
+        // Per class: the conditional mean and the factor of the conditional covariance
+        // of the remaining judges, and the factor of everyone's covariance.
+        let mut given = Vec::with_capacity(2);
+        for c in 0..2 {
+            let gap = Gap::new(&self.cov[c], m, &present, &missing);
+            let mean: Vec<f64> = missing
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| {
+                    self.mean[c][a]
+                        + (0..o).map(|k| gap.regression[i * o + k] * (xo[k] - self.mean[c][present[k]])).sum::<f64>()
+                })
+                .collect();
+            let all: Vec<f64> = everyone
+                .iter()
+                .flat_map(|&a| everyone.iter().map(move |&b| (a, b)))
+                .map(|(a, b)| self.cov[c][a * m + b])
+                .collect();
+            // Principal sub-matrices and Schur complements of a positive definite matrix
+            // are positive definite; should rounding break that, nothing is known.
+            let (Some(cond), Some(chol)) = (cholesky(&gap.cond, q), cholesky(&all, u)) else { return 0.0 };
+            let log_det = log_det(&chol, u);
+            given.push((mean, cond, chol, log_det));
+        }
+        let (mut row, mut centred, mut scratch, mut z) = (vec![0.0; u], vec![0.0; u], vec![0.0; u], vec![0.0; q]);
+        row[..o].copy_from_slice(&xo);
+        agreeing_share(draws, floor, || {
+            let c = usize::from(rng.random::<f64>() < posterior[1]);
+            let (mean, cond, _, _) = &given[c];
+            standard_normals(rng, &mut z);
+            for i in 0..q {
+                row[o + i] = mean[i] + (0..=i).map(|k| cond[i * q + k] * z[k]).sum::<f64>();
+            }
+            let log: [f64; 2] = std::array::from_fn(|c| {
+                let (_, _, chol, log_det) = &given[c];
+                for (i, &a) in everyone.iter().enumerate() {
+                    centred[i] = row[i] - self.mean[c][a];
+                }
+                self.prior[c].ln() - 0.5 * mahalanobis(chol, u, &centred, &mut scratch) - 0.5 * log_det
+            });
+            usize::from(log[1] >= log[0]) == current
+        })
+    }
+
+    /// Every example's P(positive) from its judgments; an unjudged example's is the prior.
+    fn positive(&self, j: &Judgments) -> Vec<f64> {
+        (0..j.n_examples())
+            .map(|n| {
+                let row: Vec<(usize, f64)> = j.row(n).map(|(k, p)| (k, p[1])).collect();
+                self.posterior(&row)[1]
+            })
+            .collect()
+    }
+
+    /// Every example's label by [`GaussParams::posterior`], ties by `ties`.
+    pub fn labels(&self, j: &Judgments, ties: crate::TieBreak) -> Vec<usize> {
+        let values: Vec<f64> = self.positive(j).into_iter().flat_map(|p| [1.0 - p, p]).collect();
+        ties.label_all(&values, 2).0
+    }
+
+    /// Each judge's separation of the classes, as [`CorrelatedGaussian`]'s skills.
+    pub fn separation(&self) -> Vec<f64> {
+        let m = self.mean[0].len();
+        (0..m)
+            .map(|k| {
+                let pooled = self.prior[0] * self.cov[0][k * m + k] + self.prior[1] * self.cov[1][k * m + k];
+                (self.mean[1][k] - self.mean[0][k]) / pooled.max(f64::MIN_POSITIVE).sqrt()
+            })
+            .collect()
+    }
 }
 
 /// Which covariance a fit keeps.
@@ -77,19 +231,8 @@ impl Aggregator for CorrelatedGaussian {
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
         let method = self.name();
         crate::check_correlated(method, j)?;
-        if self.steps == 0 {
-            return Err(AggregateError::Config { method, reason: "steps must be >= 1".into() });
-        }
-        let ds = DawidSkene::new(self.ds).aggregate(j)?;
         let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
-        let mut t: Vec<f64> = ds.posteriors().rows().map(|r| r[1]).collect();
-        let all: Vec<usize> = (0..j.n_examples()).collect();
-        let mut model = fit(j, &x, &t, &all, Covariance::Full)?;
-        t = posteriors(j, &x, &t, &model);
-        for _ in 1..self.steps {
-            model = fit(j, &x, &t, &all, Covariance::Full)?;
-            t = posteriors(j, &x, &t, &model);
-        }
+        let (model, t) = self.em(j, &x)?;
         let judged = crate::judged_judges(j);
         let skills = separation(&model).into_iter().zip(judged).map(|(s, judged)| s.filter(|_| judged)).collect();
         let mut report = SkillReport::new(
@@ -106,6 +249,67 @@ impl Aggregator for CorrelatedGaussian {
         report.unjudged = (0..j.n_examples()).filter(|&n| j.row(n).len() == 0).count();
         finish(method, 2, values, labels, Diagnostics::Skills(report))
     }
+}
+
+impl CorrelatedGaussian {
+    /// The fitted Gaussians, for judgments with gaps that depend only on the judgments
+    /// present (an adaptive jury's): fitted as [`Aggregator::aggregate`] fits them, but
+    /// each gap filled by its conditional mean given the row (EM for missing data)
+    /// rather than by the class means, and each example's posterior marginalised to its
+    /// judges. On judgments without gaps, the same model.
+    pub fn fit(&self, j: &Judgments) -> Result<GaussParams, AggregateError> {
+        crate::check_correlated(self.name(), j)?;
+        if self.steps == 0 {
+            return Err(AggregateError::Config { method: self.name(), reason: "steps must be >= 1".into() });
+        }
+        let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
+        let rows: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
+        let mut t: Vec<f64> = DawidSkene::new(self.ds).aggregate(j)?.posteriors().rows().map(|r| r[1]).collect();
+        let mut params = GaussParams::from(fit_missing(j, &x, &t, &rows)?);
+        for _ in 1..self.steps {
+            t = params.positive(j);
+            params = GaussParams::from(fit_missing(j, &x, &t, &rows)?);
+        }
+        Ok(params)
+    }
+
+    /// Dawid-Skene, then `steps` EM steps of the Gaussians: the last model and the
+    /// posteriors P(positive) it gives.
+    fn em(&self, j: &Judgments, x: &[f64]) -> Result<(Model, Vec<f64>), AggregateError> {
+        if self.steps == 0 {
+            return Err(AggregateError::Config { method: self.name(), reason: "steps must be >= 1".into() });
+        }
+        let ds = DawidSkene::new(self.ds).aggregate(j)?;
+        let mut t: Vec<f64> = ds.posteriors().rows().map(|r| r[1]).collect();
+        // An example no judge judged says nothing of the judges: imputed from the class
+        // means it would only shrink the covariances.
+        let all: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
+        let mut model = fit(j, x, &t, &all, Covariance::Full)?;
+        t = posteriors(j, x, &t, &model);
+        for _ in 1..self.steps {
+            model = fit(j, x, &t, &all, Covariance::Full)?;
+            t = posteriors(j, x, &t, &model);
+        }
+        Ok((model, t))
+    }
+}
+
+/// Fills `z` with independent standard normal draws (Box-Muller).
+fn standard_normals(rng: &mut impl rand::Rng, z: &mut [f64]) {
+    for pair in z.chunks_mut(2) {
+        let (u1, u2) = (1.0 - rng.random::<f64>(), rng.random::<f64>());
+        let r = (-2.0 * u1.ln()).sqrt();
+        let t = std::f64::consts::TAU * u2;
+        pair[0] = r * t.cos();
+        if let Some(second) = pair.get_mut(1) {
+            *second = r * t.sin();
+        }
+    }
+}
+
+fn softmax(mut log: [f64; 2]) -> [f64; 2] {
+    softmax_in_place(&mut log);
+    log
 }
 
 /// Example `n`'s log-odds for every judge, missing ones imputed from the class means
@@ -158,7 +362,7 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
     }
     let total = (mass[0] + mass[1]).max(f64::MIN_POSITIVE);
     let prior = [(mass[0] / total).max(1e-9), (mass[1] / total).max(1e-9)];
-    let mut covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
+    let covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
         let s = &scatter[c];
         let mut out = vec![0.0; m * m];
         for a in 0..m {
@@ -172,6 +376,13 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
         }
         out
     });
+    factor(prior, mean, covs)
+}
+
+/// The model of these priors, means and covariances, each covariance with a small ridge
+/// and factored.
+fn factor(prior: [f64; 2], mean: [Vec<f64>; 2], mut covs: [Vec<f64>; 2]) -> Result<Model, AggregateError> {
+    let m = mean[0].len();
     let mean_var = covs.iter().map(|c| (0..m).map(|a| c[a * m + a]).sum::<f64>()).sum::<f64>() / (2 * m) as f64;
     let mut ridge = RIDGE * mean_var + 1e-9;
     let var: [Vec<f64>; 2] = std::array::from_fn(|c| (0..m).map(|a| covs[c][a * m + a]).collect());
@@ -182,7 +393,7 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
         let chol = [cholesky(&covs[0], m), cholesky(&covs[1], m)];
         if let [Some(l0), Some(l1)] = chol {
             let log_det = [log_det(&l0, m), log_det(&l1, m)];
-            return Ok(Model { prior, mean, chol: [l0, l1], log_det, var });
+            return Ok(Model { prior, mean, chol: [l0, l1], log_det, var, cov: covs });
         }
         ridge *= 10.0;
     }
@@ -190,6 +401,132 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
         method: "gauss",
         reason: "the judges' log-odds covariance stayed singular (non-finite judgments?)".into(),
     })
+}
+
+/// Rounds of [`fit_missing`]'s EM, from the model that fills gaps with class means.
+const MISSING_ROUNDS: usize = 10;
+
+/// The M-step of [`fit`] for rows with judges missing at random given the judges
+/// present (as the adaptive jury's are: whether a judge is asked depends only on the
+/// answers before it): each gap is filled by its conditional mean given the row's
+/// judgments under the previous model, and its conditional covariance is added to the
+/// scatter (EM for a Gaussian with missing data). Filling gaps with the class means, as
+/// [`fit`] does, shrinks a judge's variance where it is often missing. Rows are grouped
+/// by the judges present, so the cost is O(patterns x judges^3 + rows x judges^2).
+fn fit_missing(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize]) -> Result<Model, AggregateError> {
+    let m = j.n_judges();
+    let mut model = fit(j, x, t, rows, Covariance::Full)?;
+    let mut patterns: rustc_hash::FxHashMap<Vec<usize>, Vec<usize>> = Default::default();
+    for &n in rows {
+        patterns.entry(j.row(n).map(|(k, _)| k).collect()).or_default().push(n);
+    }
+    if patterns.keys().all(|present| present.len() == m) {
+        return Ok(model);
+    }
+    let mut patterns: Vec<(Vec<usize>, Vec<usize>)> = patterns.into_iter().collect();
+    patterns.sort_unstable();
+    let mass = [rows.iter().map(|&n| 1.0 - t[n]).sum::<f64>(), rows.iter().map(|&n| t[n]).sum::<f64>()];
+    for _ in 0..MISSING_ROUNDS {
+        let mut first = [vec![0.0; m], vec![0.0; m]];
+        let mut second = [vec![0.0; m * m], vec![0.0; m * m]];
+        let mut row = vec![0.0; m];
+        for (present, examples) in &patterns {
+            let missing: Vec<usize> = (0..m).filter(|k| present.binary_search(k).is_err()).collect();
+            for c in 0..2 {
+                let gap = Gap::new(&model.cov[c], m, present, &missing);
+                let mut weight = 0.0;
+                for &n in examples {
+                    let w = if c == 1 { t[n] } else { 1.0 - t[n] };
+                    if w == 0.0 {
+                        continue;
+                    }
+                    weight += w;
+                    for (e, (k, _)) in j.entry_range(n).zip(j.row(n)) {
+                        row[k] = x[e];
+                    }
+                    gap.fill(&model.mean[c], present, &missing, &mut row);
+                    for a in 0..m {
+                        first[c][a] += w * row[a];
+                        let wa = w * row[a];
+                        for b in a..m {
+                            second[c][a * m + b] += wa * row[b];
+                        }
+                    }
+                }
+                // `missing` ascends, so (i, l) with i <= l is the upper triangle.
+                let q = missing.len();
+                for (i, &a) in missing.iter().enumerate() {
+                    for (l, &b) in missing.iter().enumerate().skip(i) {
+                        second[c][a * m + b] += weight * gap.cond[i * q + l];
+                    }
+                }
+            }
+        }
+        let mean: [Vec<f64>; 2] =
+            std::array::from_fn(|c| first[c].iter().map(|s| s / mass[c].max(f64::MIN_POSITIVE)).collect());
+        let covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
+            let mut out = vec![0.0; m * m];
+            for a in 0..m {
+                for b in a..m {
+                    let v = second[c][a * m + b] / mass[c].max(f64::MIN_POSITIVE) - mean[c][a] * mean[c][b];
+                    out[a * m + b] = v;
+                    out[b * m + a] = v;
+                }
+            }
+            out
+        });
+        model = factor(model.prior, mean, covs)?;
+    }
+    Ok(model)
+}
+
+/// What one class's Gaussian says of a row's missing judges given the present ones: the
+/// regression of the missing on the present and the conditional covariance.
+struct Gap {
+    /// `|missing| x |present|`: `cov_mp cov_pp^-1`.
+    regression: Vec<f64>,
+    /// `|missing| x |missing|`: `cov_mm - cov_mp cov_pp^-1 cov_pm`.
+    cond: Vec<f64>,
+}
+
+impl Gap {
+    fn new(cov: &[f64], m: usize, present: &[usize], missing: &[usize]) -> Gap {
+        let (p, q) = (present.len(), missing.len());
+        let sub = |rows: &[usize], cols: &[usize]| -> Vec<f64> {
+            rows.iter().flat_map(|&a| cols.iter().map(move |&b| cov[a * m + b])).collect()
+        };
+        let mut cond = sub(missing, missing);
+        let mut regression = vec![0.0; q * p];
+        // A principal sub-matrix of the (ridged, positive definite) covariance is
+        // positive definite; if rounding breaks that, the gap is filled from the means.
+        if let Some(l) = (p > 0).then(|| cholesky(&sub(present, present), p)).flatten() {
+            for (i, &a) in missing.iter().enumerate() {
+                let r = &mut regression[i * p..(i + 1) * p];
+                r.iter_mut().zip(present).for_each(|(r, &b)| *r = cov[a * m + b]);
+                cholesky_solve(&l, p, r);
+            }
+            for i in 0..q {
+                for l2 in 0..q {
+                    let b = missing[l2];
+                    cond[i * q + l2] -= (0..p).map(|k| regression[i * p + k] * cov[present[k] * m + b]).sum::<f64>();
+                }
+            }
+        }
+        Gap { regression, cond }
+    }
+
+    /// Fills `row`'s missing entries with their conditional means.
+    fn fill(&self, mean: &[f64], present: &[usize], missing: &[usize], row: &mut [f64]) {
+        let p = present.len();
+        for (i, &a) in missing.iter().enumerate() {
+            row[a] = mean[a]
+                + present
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &b)| self.regression[i * p + k] * (row[b] - mean[b]))
+                    .sum::<f64>();
+        }
+    }
 }
 
 /// Each class's log prior plus log density (up to the shared constant) of a dense row.
@@ -283,6 +620,68 @@ mod tests {
         // Missing judgments and an unjudged example.
         let sparse = run(&[&[y, None, n], &[None, None, None], &[n, n, None], &[y, y, y]]);
         assert!(finite(&sparse));
+    }
+
+    /// Three judges' log-odds: `s + z` for judge 0, a near copy of it for judge 1, and
+    /// `s + e` (its own noise) for judge 2; `keep(n, judge, x0)` drops entries.
+    fn copied_jury(n: usize, keep: impl Fn(usize, usize, f64) -> bool) -> Judgments {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        let mut entries = Vec::new();
+        for i in 0..n {
+            let mut z = [0.0; 4];
+            standard_normals(&mut rng, &mut z);
+            let s = if i % 2 == 0 { 1.5 } else { -1.5 };
+            let x = [s + z[0], s + z[0] + 0.05 * z[1], s + z[2]];
+            for (k, x) in x.into_iter().enumerate() {
+                let p = 1.0 / (1.0 + (-x).exp());
+                entries.push(keep(i, k, s + z[0]).then(|| vec![1.0 - p, p]));
+            }
+        }
+        let ids = (0..n).map(|i| format!("e{i}")).collect();
+        Judgments::from_entries(ids, vec!["a".into(), "copy".into(), "b".into()], 2, entries).unwrap()
+    }
+
+    #[test]
+    fn a_copy_of_a_judge_adds_nothing_to_the_posterior_and_an_independent_judge_does() {
+        let j = copied_jury(4000, |_, _, _| true);
+        let params = CorrelatedGaussian::new(DawidSkeneConfig::default()).fit(&j).unwrap();
+        let one = params.posterior(&[(0, 0.6)])[1];
+        let with_copy = params.posterior(&[(0, 0.6), (1, 0.6)])[1];
+        let with_other = params.posterior(&[(0, 0.6), (2, 0.6)])[1];
+        assert!((with_copy - one).abs() < 0.01, "one {one} with its copy {with_copy}");
+        assert!(with_other > one + 0.03, "one {one} with an independent judge {with_other}");
+        // A judge listed twice counts once; none gives the prior.
+        assert!((params.posterior(&[(0, 0.6), (0, 0.6)])[1] - one).abs() < 1e-12);
+        assert!((params.posterior(&[])[1] - params.prior[1]).abs() < 1e-12);
+        // No judge left: the verdict cannot change; a copy left can hardly change it.
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+        assert_eq!(params.agreement(&[(0, 0.8)], &[], 256, 0.9, &mut rng), 1.0);
+        let copy_left = params.agreement(&[(0, 0.8)], &[1], 256, 0.0, &mut rng);
+        let other_left = params.agreement(&[(0, 0.55)], &[2], 256, 0.0, &mut rng);
+        assert!(copy_left > 0.95 && other_left < 0.9, "copy left {copy_left} other left {other_left}");
+    }
+
+    /// Judge b answers only where judge a is unsure (missing at random given a, as an
+    /// adaptive jury's gaps are): the missing-data fit recovers b's variance within a
+    /// class as the complete jury has it; filling b's gaps with the class means shrinks it.
+    #[test]
+    fn gaps_that_depend_on_the_answers_keep_the_variances() {
+        let complete = copied_jury(6000, |_, _, _| true);
+        let gappy = copied_jury(6000, |_, k, x0| k != 2 || x0.abs() < 1.5);
+        // Both fits weigh the examples by their true classes, so only the gaps differ.
+        let t: Vec<f64> = (0..6000).map(|i| if i % 2 == 0 { 1.0 } else { 0.0 }).collect();
+        let rows: Vec<usize> = (0..6000).collect();
+        let x = |j: &Judgments| -> Vec<f64> { j.entries().map(|(_, _, p)| log_odds(p[1])).collect() };
+        let truth = fit(&complete, &x(&complete), &t, &rows, Covariance::Full).unwrap();
+        let missing = fit_missing(&gappy, &x(&gappy), &t, &rows).unwrap();
+        let means = fit(&gappy, &x(&gappy), &t, &rows, Covariance::Full).unwrap();
+        let var = |cov: &[f64]| cov[2 * 3 + 2];
+        for c in 0..2 {
+            let (want, got, shrunk) = (var(&truth.cov[c]), var(&missing.cov[c]), var(&means.cov[c]));
+            assert!((got / want - 1.0).abs() < 0.15, "class {c}: {got} against {want}");
+            assert!(shrunk < 0.8 * want, "class {c}: the class means give {shrunk} against {want}");
+        }
     }
 
     #[test]

@@ -24,12 +24,13 @@ mod votes;
 mod wawa;
 
 pub use adaptive::{
-    AdaptiveConfig, AdaptiveDecision, AdaptivePlan, AdaptiveReplay, AdaptiveStop, JudgeOrder, replay_adaptive,
+    AdaptiveConfig, AdaptiveDecision, AdaptivePlan, AdaptiveReplay, AdaptiveStop, JudgeOrder, StoppingModel,
+    replay_adaptive, warmup_examples,
 };
 pub use average::AverageProb;
 pub use care::Care;
 pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
-pub use gauss::CorrelatedGaussian;
+pub use gauss::{CorrelatedGaussian, GaussParams};
 pub use glad::Glad;
 pub use kos::Kos;
 pub use mace::Mace;

@@ -118,6 +118,19 @@ pub(crate) fn mahalanobis(l: &[f64], m: usize, x: &[f64], scratch: &mut [f64]) -
     total
 }
 
+/// Solves `a x = b` in place from `a`'s Cholesky factor (forward, then back
+/// substitution).
+pub(crate) fn cholesky_solve(l: &[f64], m: usize, b: &mut [f64]) {
+    for i in 0..m {
+        let s = b[i] - (0..i).map(|k| l[i * m + k] * b[k]).sum::<f64>();
+        b[i] = s / l[i * m + i];
+    }
+    for i in (0..m).rev() {
+        let s = b[i] - (i + 1..m).map(|k| l[k * m + i] * b[k]).sum::<f64>();
+        b[i] = s / l[i * m + i];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +171,9 @@ mod tests {
         let q = mahalanobis(&l, 2, &[1.0, 1.0], &mut [0.0; 2]);
         assert!((q - 3.0 / 8.0).abs() < 1e-12);
         assert!(cholesky(&[1.0, 2.0, 2.0, 1.0], 2).is_none());
+        // a (1, 1) = (6, 5), solved back.
+        let mut b = [6.0, 5.0];
+        cholesky_solve(&l, 2, &mut b);
+        assert!((b[0] - 1.0).abs() < 1e-12 && (b[1] - 1.0).abs() < 1e-12, "{b:?}");
     }
 }

@@ -2,6 +2,24 @@
 
 /// Replaces log-weights by their softmax; returns the log of their sum (log-sum-exp).
 /// A row of all `-inf` becomes uniform and returns `-inf`.
+/// The share of `draws` Monte Carlo draws for which `agrees` holds, as the rule of
+/// succession's `(agreeing + 1) / (draws + 2)` (never 0 or 1, so a target of 1 is never
+/// reached); the count stops once that cannot reach `floor`, and returns the best value
+/// still possible, which is below it.
+pub(crate) fn agreeing_share(draws: usize, floor: f64, mut agrees: impl FnMut() -> bool) -> f64 {
+    let share = |disagree: usize| (draws - disagree + 1) as f64 / (draws + 2) as f64;
+    let mut disagree = 0;
+    for _ in 0..draws {
+        if !agrees() {
+            disagree += 1;
+            if share(disagree) < floor {
+                break;
+            }
+        }
+    }
+    share(disagree)
+}
+
 pub(crate) fn softmax_in_place(row: &mut [f64]) -> f64 {
     let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if max == f64::NEG_INFINITY {

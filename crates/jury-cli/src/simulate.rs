@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use jury_aggregate::AdaptiveConfig;
+use jury_aggregate::{AdaptiveConfig, StoppingModel};
 use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use jury_sim::{JuryConfig, simulate};
 use jury_study::{AdaptiveSettings, AdaptiveStudy, adaptive_study};
@@ -49,9 +49,14 @@ struct AdaptiveArgs {
     /// directory gets adaptive.json.
     #[command(flatten)]
     files: crate::aggregate::Files,
-    /// An example stops once its top Dawid-Skene posterior reaches this.
+    /// An example stops once the model's probability that the judges left would not
+    /// change its verdict reaches this.
     #[arg(long, default_value_t = AdaptiveConfig::default().target)]
     target: f64,
+    /// The model whose predictive stops examples and labels them: recommended (gauss
+    /// for two classes, ds otherwise), gauss or ds.
+    #[arg(long, default_value = "recommended", value_parser = StoppingModel::from_name)]
+    posterior: StoppingModel,
     /// Share of the examples every judge answers first (drawn by --seed).
     #[arg(long, default_value_t = AdaptiveConfig::default().warmup)]
     warmup: f64,
@@ -62,7 +67,7 @@ struct AdaptiveArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Targets of the curve, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [0.9, 0.95, 0.99])]
+    #[arg(long, value_delimiter = ',', default_values_t = [0.8, 0.9, 0.95, 0.99])]
     targets: Vec<f64>,
     /// Warm-up shares of the curve, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [0.05, 0.1, 0.2])]
@@ -123,6 +128,7 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
             warmup: args.warmup,
             min_judges: args.min_judges,
             seed: args.seed,
+            model: args.posterior,
             ..AdaptiveConfig::default()
         },
         targets: args.targets,

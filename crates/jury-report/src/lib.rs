@@ -232,7 +232,7 @@ mod study_tests {
         let settings = jury_study::AdaptiveSettings {
             chosen: jury_aggregate::AdaptiveConfig::default(),
             targets: vec![0.9, 0.95],
-            warmups: vec![0.1, 0.2],
+            warmups: vec![0.05, 0.2],
             costs: None,
         };
         let k = sim.judgments.n_judges();

@@ -238,6 +238,8 @@ struct AdaptiveFile {
     accuracy: Option<f64>,
     #[serde(default)]
     full_accuracy: Option<f64>,
+    /// The model that stops examples and labels them (`gauss`, `ds`).
+    method: String,
     calls: usize,
     full_calls: usize,
     target: f64,
@@ -296,6 +298,7 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
     let a: AdaptiveFile = read(&dir.join("adaptive.json"))?;
     let share = |calls: usize| calls as f64 / a.full_calls.max(1) as f64;
     let mut facts = vec![
+        ("model".to_owned(), a.method.clone()),
         ("target".to_owned(), a.target.to_string()),
         ("warm-up".to_owned(), a.warmup.to_string()),
         ("judges before a stop".to_owned(), a.min_judges.to_string()),

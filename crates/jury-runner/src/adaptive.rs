@@ -1,8 +1,9 @@
 //! The adaptive jury in a live run: jury-aggregate's [`AdaptivePlan`] driven by real
 //! judges. Every judge answers a warm-up share of the examples (drawn by seed); the other
-//! examples then ask the judges one at a time, in a fixed order, until Dawid-Skene's
-//! posterior of their top class reaches the target with at least `min_judges` answers,
-//! or no judge is left. `jury simulate adaptive` replays the same plan.
+//! examples then ask the judges one at a time, in a fixed order, until at least
+//! `min_judges` have answered and the recommended model's probability that the judges
+//! left would not change the verdict reaches the target, or no judge is left. `jury
+//! simulate adaptive` replays the same plan.
 //!
 //! The plan goes in rounds, and each round runs as a full run does: every judge with
 //! questions at once (server judges each on their own, in-process judges one after
@@ -17,10 +18,6 @@
 //! so a run killed at any moment and started again replays the same rounds from the
 //! cache and asks no judge twice.
 //!
-//! The stopping posterior is Dawid-Skene's, not the recommended `gauss`: gauss fills a
-//! missing judge from the example's current posterior, which would make a partly judged
-//! example look more certain than it is.
-
 use std::sync::{Arc, Mutex};
 
 use indicatif::MultiProgress;
@@ -42,7 +39,8 @@ pub struct Decision {
     /// next judge).
     pub answered: usize,
     pub stop: AdaptiveStop,
-    /// Dawid-Skene's posterior of the top class when it stopped (`None` for the warm-up).
+    /// The model's probability, after its latest answer that left judges in the order,
+    /// that asking them would not change its verdict (`None` for the warm-up).
     pub confidence: Option<f64>,
 }
 
@@ -98,6 +96,7 @@ impl Adaptive {
             min_judges: self.min_judges,
             warmup: self.warmup,
             seed: self.seed,
+            model: self.posterior,
             chunks: Some((2 * servers).max(1)),
             ..AdaptiveConfig::default()
         }
@@ -230,6 +229,7 @@ mod tests {
     fn the_defaults_are_the_replays() {
         let (a, d) = (Adaptive::default(), jury_aggregate::AdaptiveConfig::default());
         assert_eq!((a.target, a.min_judges, a.warmup, a.seed), (d.target, d.min_judges, d.warmup, d.seed));
+        assert_eq!(a.posterior, d.model);
         assert_eq!(a.order, None);
     }
 }

@@ -155,7 +155,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path) -> Resul
         // The warm-up asks every judge; every other example asks at least
         // `min_judges` of the order (the first ones) and at most all of it.
         let k = judges.len();
-        let n_warm = ((a.warmup * examples as f64).ceil() as usize).clamp(examples.min(1), examples);
+        let n_warm = jury_aggregate::warmup_examples(examples, k, a.warmup);
         let first = adaptive_first_judges(&exp.judges, a.order.as_deref(), a.min_judges.min(k));
         for (i, j) in judges.iter_mut().enumerate() {
             let least = n_warm + if first.contains(&i) { examples - n_warm } else { 0 };

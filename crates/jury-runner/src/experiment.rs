@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use jury_aggregate::StoppingModel;
 use jury_judge::{ServerEngine, ServerMode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -104,24 +105,50 @@ pub struct JudgeEntry {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Adaptive {
-    /// An example stops once Dawid-Skene's posterior of its top class reaches this.
+    /// An example stops once the model's probability that the judges left would not
+    /// change its verdict reaches this.
     pub target: f64,
     /// Judges that must have answered an example before it may stop.
     pub min_judges: usize,
-    /// Share of the examples (drawn with `seed`, at least one) that every judge answers
-    /// first, so the model is fitted before anything stops.
+    /// Share of the examples (drawn with `seed`; at least two per judge) that every
+    /// judge answers first, so the model is fitted before anything stops.
     pub warmup: f64,
     pub seed: u64,
     /// Every judge by name, in the order examples ask them; default: cheaper first
     /// (`cost`), then by the warm-up's estimated skill.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order: Option<Vec<String>>,
+    /// The model whose predictive stops examples: `recommended` (gauss for two classes),
+    /// `gauss` or `ds`.
+    #[serde(with = "stopping_model")]
+    pub posterior: StoppingModel,
 }
 
 impl Default for Adaptive {
     fn default() -> Self {
         let d = jury_aggregate::AdaptiveConfig::default();
-        Self { target: d.target, min_judges: d.min_judges, warmup: d.warmup, seed: d.seed, order: None }
+        Self {
+            target: d.target,
+            min_judges: d.min_judges,
+            warmup: d.warmup,
+            seed: d.seed,
+            order: None,
+            posterior: d.model,
+        }
+    }
+}
+
+/// `posterior:` by its name (jury-aggregate's names, which are the methods').
+mod stopping_model {
+    use jury_aggregate::StoppingModel;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(m: &StoppingModel, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.name())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StoppingModel, D::Error> {
+        StoppingModel::from_name(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
@@ -544,7 +571,9 @@ mod tests {
         let judges = "judges:\n  - {name: a, model_id: m, cost: 2}\n  - {name: b, model_id: n}\n";
         let ok = parse(&format!("{HEAD}{judges}adaptive: {{target: 0.9}}\n")).unwrap();
         let a = ok.adaptive.unwrap();
-        assert_eq!((a.target, a.min_judges, a.warmup), (0.9, 2, 0.1));
+        assert_eq!((a.target, a.min_judges, a.warmup, a.posterior), (0.9, 2, 0.05, StoppingModel::Recommended));
+        let ds = parse(&format!("{HEAD}{judges}adaptive: {{posterior: ds}}\n")).unwrap();
+        assert_eq!(ds.adaptive.unwrap().posterior, StoppingModel::DawidSkene);
         assert_eq!(ok.judges[0].cost, Some(2.0));
         for (bad, says) in [
             ("adaptive: {target: 1.5}", "`target` and `warmup` must be in (0, 1]"),
@@ -554,6 +583,7 @@ mod tests {
             ("adaptive: {order: [a, a]}", "`order` names `a` twice"),
             ("adaptive: {order: [b]}", "`order` leaves out judge `a`"),
             ("adaptive: {bogus: 1}", "unknown field `bogus`"),
+            ("adaptive: {posterior: mv}", "unknown stopping posterior `mv` (expected one of: recommended, ds, gauss)"),
         ] {
             let e = parse(&format!("{HEAD}{judges}{bad}\n")).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

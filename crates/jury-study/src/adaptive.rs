@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use jury_aggregate::{AdaptiveConfig, AdaptiveReplay, Aggregator, DawidSkene, JudgeOrder, replay_adaptive};
+use jury_aggregate::{AdaptiveConfig, AdaptiveReplay, JudgeOrder, replay_adaptive};
 use jury_core::{Judgments, Labels};
 use jury_io::write_atomic;
 use jury_metrics::accuracy;
@@ -31,8 +31,10 @@ pub struct AdaptiveSettings {
 pub struct AdaptiveStudy<'a> {
     /// Accuracy of the adaptive labels at the chosen setting (`None` without labels).
     pub accuracy: Option<f64>,
-    /// Accuracy of Dawid-Skene on every judgment.
+    /// Accuracy of the same method on every judgment.
     pub full_accuracy: Option<f64>,
+    /// The method whose posterior stops examples and which labels both (`gauss`, `ds`).
+    pub method: &'static str,
     /// Judge calls at the chosen setting, the warm-up's included.
     pub calls: usize,
     pub full_calls: usize,
@@ -82,7 +84,7 @@ pub fn adaptive_study<'a>(
     let replay = |cfg: &AdaptiveConfig| -> Result<AdaptiveReplay, StudyError> {
         Ok(replay_adaptive(j, cfg, JudgeOrder::ByCost(costs.clone()))?)
     };
-    let full = DawidSkene::new(s.chosen.ds).aggregate(j)?;
+    let full = s.chosen.model.labels(j, s.chosen.ds)?;
     let chosen = replay(&s.chosen)?;
     let mut curve = Vec::new();
     for &target in &s.targets {
@@ -110,7 +112,8 @@ pub fn adaptive_study<'a>(
     }
     Ok(AdaptiveStudy {
         accuracy: score(&chosen.labels),
-        full_accuracy: score(full.labels()),
+        full_accuracy: score(&full),
+        method: s.chosen.model.method_name(j.n_classes(), j.n_judges()),
         calls: chosen.calls,
         full_calls: chosen.full_calls,
         target: s.chosen.target,
@@ -141,7 +144,8 @@ impl AdaptiveStudy<'_> {
     pub fn table(&self) -> String {
         let pct = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{:.2}", 100.0 * x));
         let mut out = format!(
-            "full jury (ds): accuracy {} with {} calls (cost {})\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%), cost {} ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share  cost share\n",
+            "full jury ({}): accuracy {} with {} calls (cost {})\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%), cost {} ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share  cost share\n",
+            self.method,
             pct(self.full_accuracy),
             self.full_calls,
             self.full_cost,
