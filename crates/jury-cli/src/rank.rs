@@ -116,7 +116,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let path = args.out.join("ranking.json");
+    let path = args.out.join(jury_io::layout::RANKING);
     write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
     jury_report::write_page(&args.out, &jury_report::render_ranking(&args.out)?)?;
     println!("wrote {} and {}", path.display(), args.out.join(jury_report::REPORT_FILE).display());
@@ -137,7 +137,7 @@ fn rank_with_llm(args: &Args, responses: &Responses, texts: Option<Vec<String>>)
         gguf,
         template: &args.prompt,
         both_orders: args.both_orders,
-        cache: &args.out.join("cache.jsonl"),
+        cache: &args.out.join(jury_io::layout::CACHE),
         max_prompt_tokens: args.max_prompt_tokens,
         tokenizer: args.tokenizer.as_deref(),
     };
@@ -169,7 +169,7 @@ pub(crate) fn run_sim(args: SimArgs) -> Result<()> {
     print!("{}", sim_table(&study));
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        write_atomic(&dir.join("rank-sim.json"), serde_json::to_string_pretty(&study)?.as_bytes())?;
+        write_atomic(&dir.join(jury_io::layout::RANK_SIM), serde_json::to_string_pretty(&study)?.as_bytes())?;
     }
     Ok(())
 }

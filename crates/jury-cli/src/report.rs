@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use jury_core::{Judgments, Labels};
+use jury_io::layout;
 use jury_report::{Inputs, REPORT_FILE};
 
 #[derive(clap::Args)]
@@ -35,9 +36,9 @@ fn or_in(dir: &Path, given: Option<PathBuf>, name: &str) -> Option<PathBuf> {
 pub(crate) fn run(args: Args) -> Result<()> {
     // A win-rate or ranking folder has its own page; aggregation's needs the judgments.
     for (file, render) in [
-        ("winrate.json", jury_report::render_winrate as fn(&Path) -> Result<String, jury_report::ReportError>),
-        ("ranking.json", jury_report::render_ranking),
-        ("adaptive.json", jury_report::render_adaptive),
+        (layout::WINRATE, jury_report::render_winrate as fn(&Path) -> Result<String, jury_report::ReportError>),
+        (layout::RANKING, jury_report::render_ranking),
+        (layout::ADAPTIVE_REPLAY, jury_report::render_adaptive),
     ] {
         if args.dir.join(file).is_file() {
             jury_report::write_page(&args.dir, &render(&args.dir)?)?;
@@ -45,13 +46,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
             return Ok(());
         }
     }
-    let judgments_path = args.judgments.clone().unwrap_or_else(|| args.dir.join("judgments.csv"));
+    let judgments_path = args.judgments.clone().unwrap_or_else(|| args.dir.join(layout::JUDGMENTS));
     let judgments = jury_io::read_judgments(&judgments_path)?;
-    let labels = match or_in(&args.dir, args.labels, "labels.csv") {
+    let labels = match or_in(&args.dir, args.labels, layout::LABELS) {
         Some(p) => Some(jury_io::read_labels(&p, &judgments)?.0),
         None => None,
     };
-    let texts = read_texts(or_in(&args.dir, args.contexts, "contexts.csv").as_deref())?;
+    let texts = read_texts(or_in(&args.dir, args.contexts, layout::CONTEXTS).as_deref())?;
     write(&args.dir, &judgments, labels.as_ref(), texts.as_ref())?;
     println!("wrote {}", args.dir.join(REPORT_FILE).display());
     Ok(())

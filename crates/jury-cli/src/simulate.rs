@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use jury_aggregate::{AdaptiveConfig, StoppingModel};
-use jury_io::{OutputDir, Owner, csv_field, write_atomic};
+use jury_io::{OutputDir, Owner, csv_field, layout, write_atomic};
 use jury_sim::{JuryConfig, simulate};
 use jury_study::{AdaptiveSettings, AdaptiveStudy, adaptive_study};
 
@@ -175,9 +175,9 @@ fn jury(args: JuryArgs) -> Result<()> {
         let _ = writeln!(labels, "{},{}", csv_field(id), t);
     }
     let owner = Owner { command: "simulate".into(), source: "a simulated jury".into() };
-    let out = OutputDir::open(&out_path, owner, &["judgments.csv", "labels.csv"], args.force)?;
-    write_atomic(&out.staged("judgments.csv"), judgments.as_bytes())?;
-    write_atomic(&out.staged("labels.csv"), labels.as_bytes())?;
+    let out = OutputDir::open(&out_path, owner, &[layout::JUDGMENTS, layout::LABELS], args.force)?;
+    write_atomic(&out.staged(layout::JUDGMENTS), judgments.as_bytes())?;
+    write_atomic(&out.staged(layout::LABELS), labels.as_bytes())?;
     out.publish()?;
     println!(
         "wrote {} examples x {} judges ({} entries) to {}",

@@ -47,7 +47,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .with_context(|| format!("{}", args.comparisons.display()))?;
     bar.finish_and_clear();
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let path = args.out.join("winrate.json");
+    let path = args.out.join(jury_io::layout::WINRATE);
     write_atomic(&path, serde_json::to_string_pretty(&result)?.as_bytes())?;
     jury_report::write_page(&args.out, &jury_report::render_winrate(&args.out)?)?;
     print!("{}", table(&result.pairs));

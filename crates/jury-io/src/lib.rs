@@ -7,6 +7,7 @@
 //! into place, so a reader never sees a half-written file.
 
 mod csv;
+pub mod layout;
 mod output;
 mod pairwise;
 mod predictions;

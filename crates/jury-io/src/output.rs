@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-const MARKER: &str = ".jury-output.json";
+const MARKER: &str = crate::layout::MARKER;
 const LOCK: &str = ".jury.lock";
-const STAGING: &str = ".jury-staging";
+const STAGING: &str = crate::layout::STAGING;
 
 /// Who writes an output directory: the command and what it ran (the experiment's
 /// name, or the input file). A directory is reused only by the same owner.

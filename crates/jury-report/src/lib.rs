@@ -41,12 +41,12 @@ pub struct Inputs<'a> {
 }
 
 /// The report file's name in an output folder.
-pub const REPORT_FILE: &str = "report.html";
+pub const REPORT_FILE: &str = jury_io::layout::REPORT;
 
 /// The pages' templates (`.html`: minijinja escapes every value they print).
 const TEMPLATES: [(&str, &str); 5] = [
     ("base.html", include_str!("../templates/base.html")),
-    ("report.html", include_str!("../templates/report.html")),
+    ("run.html", include_str!("../templates/report.html")),
     ("winrate.html", include_str!("../templates/winrate.html")),
     ("rank.html", include_str!("../templates/rank.html")),
     ("adaptive.html", include_str!("../templates/adaptive.html")),
@@ -63,7 +63,7 @@ fn fill(name: &str, page: &impl serde::Serialize) -> Result<String, ReportError>
 
 /// The page's HTML.
 pub fn render(inputs: &Inputs) -> Result<String, ReportError> {
-    fill("report.html", &model::page(inputs)?)
+    fill("run.html", &model::page(inputs)?)
 }
 
 /// The page of a `jury winrate` output folder (winrate.json).

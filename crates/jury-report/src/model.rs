@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use std::path::Path;
 
 use jury_core::{Judgments, Labels};
+use jury_io::layout;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -324,16 +325,16 @@ fn f4(x: f64) -> String {
 /// Builds the page of the run whose files are in `inputs.out_dir`.
 pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let dir = inputs.out_dir;
-    let metrics: MetricsFile = read_json(&dir.join("metrics.json"))?;
-    let manifest: ManifestFile = if dir.join("manifest.json").is_file() {
-        read_json(&dir.join("manifest.json"))?
+    let metrics: MetricsFile = read_json(&dir.join(layout::METRICS))?;
+    let manifest: ManifestFile = if dir.join(layout::MANIFEST).is_file() {
+        read_json(&dir.join(layout::MANIFEST))?
     } else {
         ManifestFile::default()
     };
     let (j, labels) = (inputs.judgments, inputs.labels);
     // Only the views that score read the posteriors back: unlabeled runs skip the file.
     let predictions = match labels {
-        Some(_) => Some(jury_io::read_predictions(&dir.join("predictions.csv"))?),
+        Some(_) => Some(jury_io::read_predictions(&dir.join(layout::PREDICTIONS))?),
         None => None,
     };
     if j.n_examples() != metrics.n_examples || j.n_judges() != metrics.n_judges {
@@ -379,7 +380,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     if let Some(a) = &manifest.adaptive {
         facts.extend(a.facts());
     }
-    let by_order = dir.join("judgments_by_order.csv");
+    let by_order = dir.join(layout::JUDGMENTS_BY_ORDER);
     let consistency =
         if by_order.is_file() { Some(position_consistency(&jury_io::read_by_order(&by_order)?)) } else { None };
     let shown = shown_judges(j);
@@ -422,7 +423,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let confusion = confusion_rows(&metrics, &names);
     let slopes = slope_plots(&metrics, &entries)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
-    let category_file = dir.join("categories.csv");
+    let category_file = dir.join(layout::CATEGORIES);
     let (category_methods, categories) = match (labels.zip(predictions.as_ref()), category_file.is_file()) {
         (Some((l, predictions)), true) => by_category(j, l, &jury_io::read_categories(&category_file)?, predictions),
         _ => (Vec::new(), Vec::new()),

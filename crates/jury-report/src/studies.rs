@@ -2,6 +2,7 @@
 //! pair's estimate with its interval against the human rate, and a ranking beside the
 //! reference with RBO, MAP and Spearman.
 
+use jury_io::layout;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -71,7 +72,7 @@ fn f3(x: f64) -> String {
 
 /// The page of a folder holding `jury winrate`'s winrate.json.
 pub(crate) fn winrate(dir: &Path) -> Result<WinratePage, ReportError> {
-    let w: WinrateFile = read(&dir.join("winrate.json"))?;
+    let w: WinrateFile = read(&dir.join(layout::WINRATE))?;
     let mut facts = vec![
         ("method".to_owned(), w.method.clone()),
         ("prior".to_owned(), w.prior.clone()),
@@ -184,7 +185,7 @@ struct ReferenceView {
 
 /// The page of a folder holding `jury rank`'s ranking.json.
 pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
-    let r: RankingFile = read(&dir.join("ranking.json"))?;
+    let r: RankingFile = read(&dir.join(layout::RANKING))?;
     let mut facts = vec![
         ("method".to_owned(), r.method.clone()),
         ("evaluation".to_owned(), r.eval.clone()),
@@ -295,7 +296,7 @@ fn pct(x: f64) -> String {
 /// setting, calls per judge, and accuracy against the share of calls over the grid
 /// (charted when labels scored it).
 pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
-    let a: AdaptiveFile = read(&dir.join("adaptive.json"))?;
+    let a: AdaptiveFile = read(&dir.join(layout::ADAPTIVE_REPLAY))?;
     let share = |calls: usize| calls as f64 / a.full_calls.max(1) as f64;
     let mut facts = vec![
         ("model".to_owned(), a.method.clone()),

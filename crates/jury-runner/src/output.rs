@@ -9,6 +9,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use jury_datasets::{ContextStyle, Example};
+use jury_io::layout::{
+    ADAPTIVE_DECISIONS as ADAPTIVE, CACHE, CATEGORIES, CONTEXTS, FAILURES, JUDGMENTS, JUDGMENTS_BY_ORDER as BY_ORDER,
+    LABELS, MANIFEST, PROMPTS, RESOLVED_CONFIG as RESOLVED,
+};
 use jury_io::{OutputDir, Owner, csv_field, write_atomic};
 use serde::Serialize;
 
@@ -27,22 +31,8 @@ pub struct OutputLayout {
     out: OutputDir,
 }
 
-const CACHE: &str = "cache.jsonl";
-const JUDGMENTS: &str = "judgments.csv";
-const LABELS: &str = "labels.csv";
-const FAILURES: &str = "failures.csv";
-const BY_ORDER: &str = "judgments_by_order.csv";
-/// Each example's category, when the data set has one (TruthfulQA).
-const CATEGORIES: &str = "categories.csv";
-const PROMPTS: &str = "prompts.jsonl";
-const CONTEXTS: &str = "contexts.csv";
-const RESOLVED: &str = "config.resolved.yaml";
-const MANIFEST: &str = "manifest.json";
-/// An adaptive run's decision per example.
-const ADAPTIVE: &str = "adaptive.csv";
 /// Written by aggregation into [`OutputLayout::staging_dir`].
-const AGGREGATION: [&str; 3] =
-    [jury_study::OutputLayout::FILES[0], jury_study::OutputLayout::FILES[1], jury_report::REPORT_FILE];
+const AGGREGATION: [&str; 3] = [jury_io::layout::METRICS, jury_io::layout::PREDICTIONS, jury_io::layout::REPORT];
 
 impl OutputLayout {
     /// Every file a run may write.

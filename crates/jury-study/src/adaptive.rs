@@ -131,7 +131,7 @@ pub fn adaptive_study<'a>(
 }
 
 impl AdaptiveStudy<'_> {
-    pub const FILE: &'static str = "adaptive.json";
+    pub const FILE: &'static str = jury_io::layout::ADAPTIVE_REPLAY;
 
     /// Writes adaptive.json into `dir`, atomically.
     pub fn write(&self, dir: &Path) -> Result<(), StudyError> {

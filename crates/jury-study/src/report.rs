@@ -21,8 +21,8 @@ const ECE_BINS: usize = 10;
 pub struct OutputLayout;
 
 impl OutputLayout {
-    pub const METRICS: &'static str = "metrics.json";
-    pub const PREDICTIONS: &'static str = "predictions.csv";
+    pub const METRICS: &'static str = jury_io::layout::METRICS;
+    pub const PREDICTIONS: &'static str = jury_io::layout::PREDICTIONS;
     pub const FILES: [&'static str; 2] = [Self::METRICS, Self::PREDICTIONS];
 }
 

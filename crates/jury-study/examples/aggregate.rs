@@ -1,5 +1,5 @@
 //! Aggregation and scoring through the libraries alone, without the `jury` binary:
-//! `cargo run -p jury-runner --example aggregate -- judgments.csv labels.csv`
+//! `cargo run -p jury-study --example aggregate -- judgments.csv labels.csv`
 //! (for example the files `jury simulate --out sim` writes).
 use jury_study::{AggregateOptions, Method, Settings};
 

@@ -1,0 +1,152 @@
+//! The workspace against its own description: ARCHITECTURE.md's dependency list is
+//! `cargo metadata`'s graph edge for edge, in an order with no upward arrow, and every
+//! declared dependency is used (cargo machete's check, with its `ignored` list), so
+//! neither can drift.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn metadata() -> Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// ARCHITECTURE.md's dependency list: `crate --> a, b` lines in the first code block
+/// after "## Dependency rule", in their order.
+fn documented() -> Vec<(String, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let rule = text.split("## Dependency rule").nth(1).expect("a `## Dependency rule` section");
+    let block = rule.split("```").nth(1).expect("a code block in it");
+    block
+        .lines()
+        .filter_map(|line| {
+            let (name, deps) = line.split_once("-->")?;
+            let deps = deps.trim();
+            let deps = if deps == "(nothing)" {
+                BTreeSet::new()
+            } else {
+                deps.split(',').map(|d| d.trim().to_owned()).collect()
+            };
+            Some((name.trim().to_owned(), deps))
+        })
+        .collect()
+}
+
+#[test]
+fn architecture_md_lists_every_crates_dependencies_inward() {
+    let meta = metadata();
+    let packages = meta["packages"].as_array().unwrap();
+    let members: BTreeSet<String> = packages.iter().map(|p| p["name"].as_str().unwrap().to_owned()).collect();
+    let actual: BTreeMap<String, BTreeSet<String>> = packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null() && members.contains(d["name"].as_str().unwrap()))
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .collect();
+            (p["name"].as_str().unwrap().to_owned(), deps)
+        })
+        .collect();
+    let listed = documented();
+    let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names.iter().copied().collect::<BTreeSet<_>>(),
+        members.iter().map(String::as_str).collect(),
+        "ARCHITECTURE.md lists other crates than the workspace's"
+    );
+    for (i, (name, deps)) in listed.iter().enumerate() {
+        assert_eq!(deps, &actual[name], "ARCHITECTURE.md: {name}'s dependencies (left) are not Cargo's (right)");
+        for dep in deps {
+            let at = names.iter().position(|n| n == dep).unwrap();
+            assert!(at > i, "ARCHITECTURE.md: {name} --> {dep} points up the list");
+        }
+    }
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Whether `text` holds `ident` as a whole word.
+fn mentions(text: &str, ident: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(ident).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + ident.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
+}
+
+#[test]
+fn every_declared_dependency_is_used() {
+    let meta = metadata();
+    let mut unused = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
+        let dir = manifest.parent().unwrap();
+        let mut files = Vec::new();
+        sources(&dir.join("src"), &mut files);
+        files.push(dir.join("build.rs"));
+        let code: String = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+        let ignored: Vec<&str> = p["metadata"]["cargo-machete"]["ignored"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for d in p["dependencies"].as_array().unwrap().iter().filter(|d| d["kind"].is_null()) {
+            let name = d["rename"].as_str().unwrap_or_else(|| d["name"].as_str().unwrap());
+            if !ignored.contains(&name) && !mentions(&code, &name.replace('-', "_")) {
+                unused.push(format!("{}: {name}", p["name"].as_str().unwrap()));
+            }
+        }
+    }
+    assert!(unused.is_empty(), "declared but never named in src/: {unused:?}");
+}
+
+/// The output file names, each spelled once: in `jury_io::layout`. Library and program
+/// code (test modules aside) takes them from there.
+#[test]
+fn output_file_names_are_spelled_only_in_the_layout_module() {
+    let layout_path = root().join("crates/jury-io/src/layout.rs");
+    let layout = std::fs::read_to_string(&layout_path).unwrap();
+    let names: Vec<String> = layout
+        .lines()
+        .filter(|l| l.starts_with("pub const"))
+        .filter_map(|l| l.split('"').nth(1).map(|n| format!("\"{n}\"")))
+        .collect();
+    assert!(names.len() >= 20, "{names:?}");
+    let mut files = Vec::new();
+    sources(&root().join("crates"), &mut files);
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| **f != layout_path && f.components().any(|c| c.as_os_str() == "src")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for name in names.iter().filter(|n| code.contains(n.as_str())) {
+            found.push(format!("{}: {name}", f.strip_prefix(root()).unwrap().display()));
+        }
+    }
+    assert!(found.is_empty(), "output file names spelled outside jury_io::layout: {found:?}");
+}
