@@ -11,84 +11,90 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::StudyError;
 
-/// An aggregation method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+/// An aggregation method. Its name, in flags, configs and every output, is its
+/// `#[value(name)]`, spelled only there (serde goes through it, and a test checks that
+/// each aggregator reports the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
     /// The recommended default: gauss for two classes, ds for more (see
     /// [`Method::recommended`]).
     #[value(name = "recommended")]
-    #[serde(rename = "recommended")]
     Recommended,
     /// AverageProb: the mean of the judges' probabilities.
     #[value(name = "avg")]
-    #[serde(rename = "avg")]
     Avg,
     /// MajorityVote over the judges' hard votes.
     #[value(name = "mv")]
-    #[serde(rename = "mv")]
     Mv,
     /// Dawid-Skene: per-judge confusion matrices by EM.
     #[value(name = "ds")]
-    #[serde(rename = "ds")]
     Ds,
     /// Wawa: votes weighted by each judge's agreement with the majority (crowd-kit).
     #[value(name = "wawa")]
-    #[serde(rename = "wawa")]
     Wawa,
     /// ZeroBasedSkill: votes weighted by agreement with the weighted vote, refined (crowd-kit).
     #[value(name = "zbs")]
-    #[serde(rename = "zbs")]
     Zbs,
     /// One-coin Dawid-Skene: one P(correct) per judge, by EM (crowd-kit).
     #[value(name = "onecoin")]
-    #[serde(rename = "onecoin")]
     OneCoin,
     /// GLAD: judge ability and example difficulty, by EM (Whitehill et al. 2009).
     #[value(name = "glad")]
-    #[serde(rename = "glad")]
     Glad,
     /// MACE: each judge knows or spams, by variational Bayes (Hovy et al. 2013).
     #[value(name = "mace")]
-    #[serde(rename = "mace")]
     Mace,
     /// M-MSR: skills from a robust rank-one fit of the judges' covariance (Ma and Olshevsky 2020).
     #[value(name = "mmsr")]
-    #[serde(rename = "mmsr")]
     Mmsr,
     /// KOS: belief propagation on the example-judge graph, two classes (Karger et al. 2011).
     #[value(name = "kos")]
-    #[serde(rename = "kos")]
     Kos,
     /// CARE-SVD: judges weighted by the quality factor of a sparse plus low-rank split of
     /// their log-odds' precision matrix (Zhao et al. 2026), two classes.
     #[value(name = "care")]
-    #[serde(rename = "care")]
     Care,
     /// Dawid-Skene refined by a class-conditional Gaussian over the judges' log-odds with
     /// correlated errors, two classes.
     #[value(name = "gauss")]
-    #[serde(rename = "gauss")]
     Gauss,
     /// A context model trained on majority-vote labels (needs contexts and labels).
     #[value(name = "train-on-mv")]
-    #[serde(rename = "train-on-mv")]
     TrainOnMv,
     /// Crowdlayer: the context model read alone (needs contexts and labels).
     #[value(name = "crowdlayer")]
-    #[serde(rename = "crowdlayer")]
     Crowdlayer,
     /// SkillAggregation without the regulariser (needs contexts and labels).
     #[value(name = "skillagg-noreg")]
-    #[serde(rename = "skillagg-noreg")]
     SkillAggNoReg,
     /// SkillAggregation: task-level skills, posterior by Eq. 8 (needs contexts and labels).
     #[value(name = "skillagg")]
-    #[serde(rename = "skillagg")]
     SkillAgg,
     /// SkillAggregation-X: context-level skills (needs contexts and labels).
     #[value(name = "skillagg-x")]
-    #[serde(rename = "skillagg-x")]
     SkillAggX,
+}
+
+impl Serialize for Method {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match clap::ValueEnum::to_possible_value(self) {
+            Some(v) => s.serialize_str(v.get_name()),
+            None => Err(serde::ser::Error::custom("a method without a name")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Method {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        <Method as clap::ValueEnum>::from_str(&name, false).map_err(|_| {
+            let names: Vec<String> = <Method as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter_map(|m| clap::ValueEnum::to_possible_value(m).map(|v| format!("`{}`", v.get_name())))
+                .collect();
+            serde::de::Error::custom(format!("unknown variant `{name}`, expected one of {}", names.join(", ")))
+        })
+    }
 }
 
 impl Method {
@@ -101,7 +107,7 @@ impl Method {
     }
 
     /// The context-dependent method this is, if it is one.
-    fn neural(self) -> Option<NeuralMethod> {
+    pub(crate) fn neural(self) -> Option<NeuralMethod> {
         match self {
             Method::Recommended
             | Method::Avg
@@ -179,7 +185,6 @@ pub enum RecipeName {
     /// AdamW lr 1e-4 with a cosine schedule, batch 8, 10 epochs, unnormalised pooling,
     /// lambdas 0.05-0.5, the later epoch on dev ties (frozen encoder).
     #[value(name = "paper")]
-    #[serde(rename = "paper")]
     Paper,
     /// jury's settings before the paper recipe: sigmoid skills at 0.8, lr 1e-3, batch
     /// 256 (32 fine-tuned), 20 epochs, unit-length pooling, lambdas 0.01-1.

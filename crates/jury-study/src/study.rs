@@ -138,3 +138,33 @@ fn context_texts(j: &Judgments, path: &Path) -> Result<Vec<String>, StudyError> 
         .map(|id| texts.remove(id).ok_or_else(|| StudyError::NoContext { path: path.to_owned(), example: id.clone() }))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AggregateOptions;
+
+    /// A method's name is its flag value; the aggregator or neural method it runs
+    /// reports the same name, which keys metrics.json and predictions.csv.
+    #[test]
+    fn every_method_reports_its_flag_name() {
+        let settings = Settings::new(&AggregateOptions::default()).unwrap();
+        for &m in <Method as clap::ValueEnum>::value_variants() {
+            let flag = clap::ValueEnum::to_possible_value(&m).unwrap().get_name().to_owned();
+            let reported = match (settings.aggregator(m), m.neural()) {
+                (Some(a), _) => a.name(),
+                (None, Some(n)) => n.name(),
+                (None, None) => {
+                    assert_eq!(m, Method::Recommended);
+                    continue;
+                }
+            };
+            assert_eq!(reported, flag, "{m:?}");
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(json, format!("\"{flag}\""));
+            assert_eq!(serde_json::from_str::<Method>(&json).unwrap(), m);
+        }
+        let e = serde_json::from_str::<Method>("\"x\"").unwrap_err().to_string();
+        assert!(e.starts_with("unknown variant `x`, expected one of `recommended`, `avg`"), "{e}");
+    }
+}
