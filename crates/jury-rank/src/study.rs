@@ -35,6 +35,11 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method's name in flags and ranking.json.
+    pub fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self).map(|v| v.get_name().to_owned()).unwrap_or_default()
+    }
+
     pub fn rank(self, r: &Responses, eval: &mut dyn Evaluation, seed: u64) -> Ranking {
         match self {
             Method::Gtr => greedy_triplet_ranking(r, eval, seed),
@@ -122,7 +127,7 @@ pub fn order_by(score: &[f64]) -> Vec<usize> {
 }
 
 /// A model and its score, in a ranking.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelScore {
     pub model: String,
     pub score: f64,
@@ -153,6 +158,37 @@ impl serde::Serialize for ReferenceScore {
         m.serialize_entry("spearman", &self.spearman)?;
         m.serialize_entry("undetermined", &self.undetermined)?;
         m.end()
+    }
+}
+
+/// The fields of [`ReferenceScore`] as written, MAP@k under its key `map_at_K`.
+#[derive(serde::Deserialize)]
+struct ReferenceFields {
+    name: String,
+    ranking: Vec<ModelScore>,
+    rbo: Option<f64>,
+    spearman: Option<f64>,
+    undetermined: Option<String>,
+    #[serde(flatten)]
+    rest: std::collections::BTreeMap<String, Option<f64>>,
+}
+
+impl<'de> serde::Deserialize<'de> for ReferenceScore {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = ReferenceFields::deserialize(d)?;
+        let mut maps = f.rest.iter().filter_map(|(key, v)| Some((key.strip_prefix("map_at_")?.parse().ok()?, *v)));
+        let Some((k, map_at_k)) = maps.next() else {
+            return Err(serde::de::Error::missing_field("map_at_K"));
+        };
+        Ok(ReferenceScore {
+            name: f.name,
+            ranking: f.ranking,
+            rbo: f.rbo,
+            k,
+            map_at_k,
+            spearman: f.spearman,
+            undetermined: f.undetermined,
+        })
     }
 }
 
@@ -209,15 +245,16 @@ pub fn score_against_reference(
 }
 
 /// A model's place in a ranking.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Ranked {
     pub rank: usize,
     pub model: String,
     pub score: Option<f64>,
 }
 
-/// The result of `jury rank`, in the layout of ranking.json.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// The result of `jury rank`, and ranking.json's record: `jury rank` writes it, the
+/// report reads it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankReport {
     pub method: Method,
     pub eval: String,

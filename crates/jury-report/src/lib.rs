@@ -252,19 +252,52 @@ mod study_tests {
         }
     }
 
+    /// The win-rate page from a record written by jury-winrate's own type.
     #[test]
     fn winrate_page_rows_and_escaping() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("winrate.json"),
-            r#"{"method": "bwrs", "prior": "in-dist:0.3", "seed": 0, "level": 0.95, "n_pairs": 2,
-                "mean_abs_error": 0.07, "observed_mean_abs_error": 0.08, "pairs": [
-                {"generator_0": "a", "generator_1": "<img src=x>", "n_comparisons": 40, "human_win_rate": 0.675,
-                 "observed": 0.6083, "estimate": 0.5604, "interval": [0.0386, 0.9786], "unidentifiable": null},
-                {"generator_0": "c", "generator_1": "d", "n_comparisons": 1, "human_win_rate": 1.0, "observed": null,
-                 "estimate": null, "interval": null, "unidentifiable": "no evaluator votes"}]}"#,
-        )
-        .unwrap();
+        let pair = |g0: &str, g1: &str, n: usize| jury_winrate::PairEstimate {
+            generator_0: g0.into(),
+            generator_1: g1.into(),
+            n_comparisons: n,
+            evaluators: vec!["e".into()],
+            n_human_labels: n,
+            n_revealed_labels: 0,
+            revealed_win_rate: None,
+            human_win_rate: None,
+            observed: None,
+            observed_interval: None,
+            observed_abs_error: None,
+            estimate: None,
+            interval: None,
+            abs_error: None,
+            unidentifiable: None,
+            excluded_evaluators: Vec::new(),
+        };
+        let study = jury_winrate::Study {
+            method: "bwrs".into(),
+            prior: "in-dist:0.3".into(),
+            seed: 0,
+            level: 0.95,
+            n_pairs: 2,
+            mean_abs_error: Some(0.07),
+            observed_mean_abs_error: Some(0.08),
+            pairs: vec![
+                jury_winrate::PairEstimate {
+                    human_win_rate: Some(0.675),
+                    observed: Some(0.6083),
+                    estimate: Some(0.5604),
+                    interval: Some([0.0386, 0.9786]),
+                    ..pair("a", "<img src=x>", 40)
+                },
+                jury_winrate::PairEstimate {
+                    human_win_rate: Some(1.0),
+                    unidentifiable: Some("no evaluator votes".into()),
+                    ..pair("c", "d", 1)
+                },
+            ],
+        };
+        std::fs::write(dir.path().join("winrate.json"), serde_json::to_string(&study).unwrap()).unwrap();
         let html = render_winrate(dir.path()).unwrap();
         assert!(html.contains("<td>0.675</td><td>0.608</td><td>0.560</td><td>0.039 - 0.979</td>"), "{html}");
         assert!(html.contains("no evaluator votes") && html.contains("<svg"));

@@ -10,37 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ReportError, plots};
 
-#[derive(Debug, Deserialize)]
-struct WinrateFile {
-    method: String,
-    prior: String,
-    #[serde(default)]
-    level: Option<f64>,
-    n_pairs: usize,
-    #[serde(default)]
-    mean_abs_error: Option<f64>,
-    #[serde(default)]
-    observed_mean_abs_error: Option<f64>,
-    pairs: Vec<PairEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-struct PairEntry {
-    generator_0: String,
-    generator_1: String,
-    n_comparisons: usize,
-    #[serde(default)]
-    human_win_rate: Option<f64>,
-    #[serde(default)]
-    observed: Option<f64>,
-    #[serde(default)]
-    estimate: Option<f64>,
-    #[serde(default)]
-    interval: Option<[f64; 2]>,
-    #[serde(default)]
-    unidentifiable: Option<String>,
-}
-
 #[derive(Debug, Serialize)]
 pub(crate) struct WinratePage {
     title: String,
@@ -72,16 +41,14 @@ fn f3(x: f64) -> String {
 
 /// The page of a folder holding `jury winrate`'s winrate.json.
 pub(crate) fn winrate(dir: &Path) -> Result<WinratePage, ReportError> {
-    let w: WinrateFile = read(&dir.join(layout::WINRATE))?;
+    let w: jury_winrate::Study = read(&dir.join(layout::WINRATE))?;
     let mut facts = vec![
         ("method".to_owned(), w.method.clone()),
         ("prior".to_owned(), w.prior.clone()),
         ("generator pairs".to_owned(), w.n_pairs.to_string()),
         ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ("interval level".to_owned(), format!("{}", w.level)),
     ];
-    if let Some(l) = w.level {
-        facts.push(("interval level".to_owned(), format!("{l}")));
-    }
     if let (Some(e), Some(o)) = (w.mean_abs_error, w.observed_mean_abs_error) {
         facts.push(("mean abs error (observed rate's)".to_owned(), format!("{e:.4} ({o:.4})")));
     }
@@ -117,48 +84,6 @@ pub(crate) fn winrate(dir: &Path) -> Result<WinratePage, ReportError> {
     Ok(WinratePage { title: format!("win rates ({})", w.method), facts, pairs, chart })
 }
 
-#[derive(Debug, Deserialize)]
-struct RankingFile {
-    method: String,
-    eval: String,
-    n_models: usize,
-    n_prompts: usize,
-    #[serde(default)]
-    evaluations: Option<usize>,
-    ranking: Vec<RankedEntry>,
-    #[serde(default)]
-    reference: Option<ReferenceEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RankedEntry {
-    rank: usize,
-    model: String,
-    /// `None` where the method gives no score (GTR).
-    score: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReferenceEntry {
-    name: String,
-    ranking: Vec<ScoredEntry>,
-    #[serde(default)]
-    rbo: Option<f64>,
-    #[serde(default)]
-    spearman: Option<f64>,
-    #[serde(default)]
-    undetermined: Option<String>,
-    /// `map_at_K` for the run's K.
-    #[serde(flatten)]
-    other: BTreeMap<String, Option<f64>>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ScoredEntry {
-    model: String,
-    score: Option<f64>,
-}
-
 #[derive(Debug, Serialize)]
 pub(crate) struct RankPage {
     title: String,
@@ -185,21 +110,19 @@ struct ReferenceView {
 
 /// The page of a folder holding `jury rank`'s ranking.json.
 pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
-    let r: RankingFile = read(&dir.join(layout::RANKING))?;
+    let r: jury_rank::RankReport = read(&dir.join(layout::RANKING))?;
     let mut facts = vec![
-        ("method".to_owned(), r.method.clone()),
+        ("method".to_owned(), r.method.name()),
         ("evaluation".to_owned(), r.eval.clone()),
         ("models".to_owned(), r.n_models.to_string()),
         ("prompts".to_owned(), r.n_prompts.to_string()),
         ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
     ];
-    if let Some(e) = r.evaluations {
-        facts.push(("judge comparisons".to_owned(), e.to_string()));
-    }
+    facts.push(("judge comparisons".to_owned(), r.evaluations.to_string()));
     let reference_rank = |model: &str| {
         r.reference
             .as_ref()
-            .and_then(|f| f.ranking.iter().position(|e| e.model == model).map(|i| (i + 1, f.ranking[i].score)))
+            .and_then(|f| f.ranking.iter().position(|e| e.model == model).map(|i| (i + 1, Some(f.ranking[i].score))))
     };
     let rows = r
         .ranking
@@ -220,17 +143,15 @@ pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
         if let Some(v) = f.rbo {
             scores.push(("RBO".to_owned(), f3(v)));
         }
-        for (k, v) in &f.other {
-            if let (Some(at), Some(v)) = (k.strip_prefix("map_at_"), v) {
-                scores.push((format!("MAP@{at}"), f3(*v)));
-            }
+        if let Some(v) = f.map_at_k {
+            scores.push((format!("MAP@{}", f.k), f3(v)));
         }
         if let Some(v) = f.spearman {
             scores.push(("Spearman".to_owned(), f3(v)));
         }
         ReferenceView { name: f.name.clone(), scores, undetermined: f.undetermined.clone() }
     });
-    Ok(RankPage { title: format!("ranking ({})", r.method), facts, rows, reference })
+    Ok(RankPage { title: format!("ranking ({})", r.method.name()), facts, rows, reference })
 }
 
 #[derive(Debug, Deserialize)]

@@ -195,7 +195,7 @@ impl StudyOptions {
 
 /// One generator pair's result (a pair without a single evaluator vote has no
 /// estimate and says why).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PairEstimate {
     pub generator_0: String,
     pub generator_1: String,
@@ -217,10 +217,11 @@ pub struct PairEstimate {
     pub excluded_evaluators: Vec<String>,
 }
 
-/// The result of [`study`], in the layout of `winrate.json`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// The result of [`study`], and winrate.json's record: `jury winrate` writes it, the
+/// report reads it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Study {
-    pub method: &'static str,
+    pub method: String,
     pub prior: String,
     pub seed: u64,
     pub level: f64,
@@ -290,7 +291,7 @@ pub fn study(
     }));
     let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     Ok(Study {
-        method: options.method.name(),
+        method: options.method.name().to_owned(),
         prior: options.prior.to_string(),
         seed: options.seed,
         level: options.level,
