@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use jury_aggregate::{AdaptiveConfig, StoppingModel};
 use jury_io::{OutputDir, Owner, csv_field, layout, write_atomic};
 use jury_sim::{JuryConfig, simulate};
-use jury_study::{AdaptiveSettings, AdaptiveStudy, adaptive_study};
+use jury_study::{AdaptiveSettings, adaptive_study, adaptive_table};
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -136,14 +136,14 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
         costs: costs_per_judge(judgments.judge_names(), &args.costs)?,
     };
     let study = adaptive_study(&judgments, labels.as_ref(), &settings)?;
-    let out = args.files.open_out("simulate adaptive", &[AdaptiveStudy::FILE, jury_report::REPORT_FILE])?;
+    let out = args.files.open_out("simulate adaptive", &[layout::ADAPTIVE_REPLAY, jury_report::REPORT_FILE])?;
     study.write(out.staging_dir())?;
     jury_report::write_page(out.staging_dir(), &jury_report::render_adaptive(out.staging_dir())?)?;
     out.publish()?;
-    print!("{}", study.table());
+    print!("{}", adaptive_table(&study));
     println!(
         "wrote {} and {}",
-        args.files.out.join(AdaptiveStudy::FILE).display(),
+        args.files.out.join(layout::ADAPTIVE_REPLAY).display(),
         args.files.out.join(jury_report::REPORT_FILE).display()
     );
     Ok(())

@@ -11,12 +11,14 @@ pub mod layout;
 mod output;
 mod pairwise;
 mod predictions;
+mod records;
 mod table;
 mod write;
 
 pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};
+pub use records::{AdaptivePoint, AdaptiveStudy, Named};
 pub use table::{read_categories, read_judgments, read_labels, read_texts};
 pub use write::{csv_field, persist_synced, write_atomic};
 

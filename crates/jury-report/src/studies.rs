@@ -3,7 +3,6 @@
 //! reference with RBO, MAP and Spearman.
 
 use jury_io::layout;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -154,38 +153,6 @@ pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
     Ok(RankPage { title: format!("ranking ({})", r.method.name()), facts, rows, reference })
 }
 
-#[derive(Debug, Deserialize)]
-struct AdaptiveFile {
-    #[serde(default)]
-    accuracy: Option<f64>,
-    #[serde(default)]
-    full_accuracy: Option<f64>,
-    /// The model that stops examples and labels them (`gauss`, `ds`).
-    method: String,
-    calls: usize,
-    full_calls: usize,
-    target: f64,
-    warmup: f64,
-    min_judges: usize,
-    seed: u64,
-    calls_per_judge: BTreeMap<String, usize>,
-    cost_per_call: BTreeMap<String, f64>,
-    cost: f64,
-    full_cost: f64,
-    curve: Vec<AdaptivePointFile>,
-}
-
-#[derive(Debug, Deserialize)]
-struct AdaptivePointFile {
-    target: f64,
-    warmup: f64,
-    #[serde(default)]
-    accuracy: Option<f64>,
-    calls: usize,
-    share_of_calls: f64,
-    share_of_cost: f64,
-}
-
 #[derive(Debug, Serialize)]
 pub(crate) struct AdaptivePage {
     title: String,
@@ -217,7 +184,7 @@ fn pct(x: f64) -> String {
 /// setting, calls per judge, and accuracy against the share of calls over the grid
 /// (charted when labels scored it).
 pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
-    let a: AdaptiveFile = read(&dir.join(layout::ADAPTIVE_REPLAY))?;
+    let a = jury_io::AdaptiveStudy::read(dir)?;
     let share = |calls: usize| calls as f64 / a.full_calls.max(1) as f64;
     let mut facts = vec![
         ("model".to_owned(), a.method.clone()),
@@ -235,16 +202,19 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
     if let (Some(acc), Some(full)) = (a.accuracy, a.full_accuracy) {
         facts.push(("accuracy (full jury's)".to_owned(), format!("{} ({})", pct(acc), pct(full))));
     }
-    let judges = a
+    let mut judges: Vec<(String, usize, String, f64)> = a
         .calls_per_judge
+        .0
         .iter()
-        .map(|(name, &n)| {
-            let of = a.full_calls / a.calls_per_judge.len().max(1);
-            let cost = a.cost_per_call.get(name).copied().unwrap_or(1.0);
+        .map(|&(ref name, n)| {
+            let of = a.full_calls / a.calls_per_judge.0.len().max(1);
+            let cost = a.cost_per_call.0.iter().find(|(k, _)| k == name).map_or(1.0, |&(_, c)| c);
             (name.clone(), n, format!("{:.1}%", 100.0 * n as f64 / of.max(1) as f64), cost)
         })
         .collect();
-    let is_chosen = |p: &AdaptivePointFile| p.target == a.target && p.warmup == a.warmup;
+    // By name, whatever the file's judge order.
+    judges.sort_by(|x, y| x.0.cmp(&y.0));
+    let is_chosen = |p: &jury_io::AdaptivePoint| p.target == a.target && p.warmup == a.warmup;
     let curve = a
         .curve
         .iter()
@@ -258,7 +228,7 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
             chosen: is_chosen(p),
         })
         .collect();
-    let points = |share: fn(&AdaptivePointFile) -> f64| -> Vec<plots::CostPoint> {
+    let points = |share: fn(&jury_io::AdaptivePoint) -> f64| -> Vec<plots::CostPoint> {
         a.curve
             .iter()
             .filter_map(|p| {
@@ -276,7 +246,8 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
         (false, Some(full)) => Some(plots::accuracy_vs_share(&by_calls, full, "share of the full jury's judge calls")?),
         _ => None,
     };
-    let costs_differ = a.cost_per_call.values().any(|&c| Some(c) != a.cost_per_call.values().next().copied());
+    let costs = &a.cost_per_call.0;
+    let costs_differ = costs.iter().any(|&(_, c)| Some(c) != costs.first().map(|&(_, c)| c));
     let cost_chart = match (by_cost.is_empty() || !costs_differ, a.full_accuracy) {
         (false, Some(full)) => Some(plots::accuracy_vs_share(&by_cost, full, "share of the full jury's cost")?),
         _ => None,

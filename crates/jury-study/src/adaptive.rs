@@ -1,18 +1,16 @@
 //! `jury simulate adaptive`: the adaptive jury's stopping rule replayed on a judgments
 //! file recorded with every judge, at one chosen setting and over a grid, scored against
 //! labels where they exist (labels only score; the rule never reads them). Its file is
-//! adaptive.json, typed here and serialised nowhere else.
+//! adaptive.json, whose record is `jury_io::AdaptiveStudy`.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use jury_aggregate::{AdaptiveConfig, AdaptiveReplay, JudgeOrder, replay_adaptive};
 use jury_core::{Judgments, Labels};
-use jury_io::write_atomic;
+use jury_io::{AdaptivePoint, AdaptiveStudy, Named};
 use jury_metrics::accuracy;
-use serde::Serialize;
 
-use crate::{Named, StudyError};
+use crate::StudyError;
 
 /// The settings replayed: the chosen one and the grid of the curve.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,51 +24,12 @@ pub struct AdaptiveSettings {
     pub costs: Option<Vec<f64>>,
 }
 
-/// adaptive.json.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AdaptiveStudy<'a> {
-    /// Accuracy of the adaptive labels at the chosen setting (`None` without labels).
-    pub accuracy: Option<f64>,
-    /// Accuracy of the same method on every judgment.
-    pub full_accuracy: Option<f64>,
-    /// The method whose posterior stops examples and which labels both (`gauss`, `ds`).
-    pub method: &'static str,
-    /// Judge calls at the chosen setting, the warm-up's included.
-    pub calls: usize,
-    pub full_calls: usize,
-    pub target: f64,
-    pub warmup: f64,
-    pub min_judges: usize,
-    pub seed: u64,
-    pub calls_per_judge: Named<'a, usize>,
-    /// Each judge's cost per call (1 where none was given).
-    pub cost_per_call: Named<'a, f64>,
-    /// The calls at the chosen setting weighed by their judges' costs.
-    pub cost: f64,
-    pub full_cost: f64,
-    /// Every (target, warm-up) of the grid.
-    pub curve: Vec<AdaptivePoint>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AdaptivePoint {
-    pub target: f64,
-    pub warmup: f64,
-    pub accuracy: Option<f64>,
-    pub calls: usize,
-    /// calls / full_calls.
-    pub share_of_calls: f64,
-    pub cost: f64,
-    /// cost / full_cost.
-    pub share_of_cost: f64,
-}
-
 /// Replays the rule at the chosen setting and over the grid.
-pub fn adaptive_study<'a>(
-    j: &'a Judgments,
+pub fn adaptive_study(
+    j: &Judgments,
     labels: Option<&Labels>,
     s: &AdaptiveSettings,
-) -> Result<AdaptiveStudy<'a>, StudyError> {
+) -> Result<AdaptiveStudy, StudyError> {
     let score = |predicted: &[usize]| labels.and_then(|l| accuracy(predicted, l));
     // AdaptivePlan refuses a cost list of the wrong length or with a cost that is not
     // positive.
@@ -110,66 +69,55 @@ pub fn adaptive_study<'a>(
             });
         }
     }
+    let named =
+        |values: &[f64]| -> Named<f64> { Named(j.judge_names().iter().cloned().zip(values.iter().copied()).collect()) };
     Ok(AdaptiveStudy {
         accuracy: score(&chosen.labels),
         full_accuracy: score(&full),
-        method: s.chosen.model.method_name(j.n_classes(), j.n_judges()),
+        method: s.chosen.model.method_name(j.n_classes(), j.n_judges()).to_owned(),
         calls: chosen.calls,
         full_calls: chosen.full_calls,
         target: s.chosen.target,
         warmup: s.chosen.warmup,
         min_judges: s.chosen.min_judges,
         seed: s.chosen.seed,
-        calls_per_judge: Named(
-            j.judge_names().iter().map(String::as_str).zip(chosen.calls_per_judge.iter().copied()).collect(),
-        ),
-        cost_per_call: Named(j.judge_names().iter().map(String::as_str).zip(costs.iter().copied()).collect()),
+        calls_per_judge: Named(j.judge_names().iter().cloned().zip(chosen.calls_per_judge.iter().copied()).collect()),
+        cost_per_call: named(&costs),
         cost: spent(&chosen.calls_per_judge),
         full_cost,
         curve,
     })
 }
 
-impl AdaptiveStudy<'_> {
-    pub const FILE: &'static str = jury_io::layout::ADAPTIVE_REPLAY;
-
-    /// Writes adaptive.json into `dir`, atomically.
-    pub fn write(&self, dir: &Path) -> Result<(), StudyError> {
-        let text = serde_json::to_string_pretty(self)?;
-        write_atomic(&dir.join(Self::FILE), text.as_bytes())?;
-        Ok(())
-    }
-
-    /// The terminal table: the chosen setting, then the grid.
-    pub fn table(&self) -> String {
-        let pct = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{:.2}", 100.0 * x));
-        let mut out = format!(
-            "full jury ({}): accuracy {} with {} calls (cost {})\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%), cost {} ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share  cost share\n",
-            self.method,
-            pct(self.full_accuracy),
-            self.full_calls,
-            self.full_cost,
-            self.target,
-            self.warmup,
-            self.min_judges,
-            pct(self.accuracy),
-            self.calls,
-            100.0 * self.calls as f64 / self.full_calls.max(1) as f64,
-            self.cost,
-            100.0 * self.cost / self.full_cost.max(f64::MIN_POSITIVE)
+/// `jury simulate adaptive`'s terminal table: the chosen setting, then the grid.
+pub fn adaptive_table(r: &AdaptiveStudy) -> String {
+    let pct = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{:.2}", 100.0 * x));
+    let mut out = format!(
+        "full jury ({}): accuracy {} with {} calls (cost {})\nadaptive (target {}, warm-up {}, at least {} judges): accuracy {} with {} calls ({:.1}%), cost {} ({:.1}%)\n\ntarget  warm-up  accuracy  calls  share  cost share\n",
+        r.method,
+        pct(r.full_accuracy),
+        r.full_calls,
+        r.full_cost,
+        r.target,
+        r.warmup,
+        r.min_judges,
+        pct(r.accuracy),
+        r.calls,
+        100.0 * r.calls as f64 / r.full_calls.max(1) as f64,
+        r.cost,
+        100.0 * r.cost / r.full_cost.max(f64::MIN_POSITIVE)
+    );
+    for p in &r.curve {
+        let _ = writeln!(
+            out,
+            "{:<7} {:<8} {:>8} {:>6} {:>5.1}% {:>10.1}%",
+            p.target,
+            p.warmup,
+            pct(p.accuracy),
+            p.calls,
+            100.0 * p.share_of_calls,
+            100.0 * p.share_of_cost
         );
-        for p in &self.curve {
-            let _ = writeln!(
-                out,
-                "{:<7} {:<8} {:>8} {:>6} {:>5.1}% {:>10.1}%",
-                p.target,
-                p.warmup,
-                pct(p.accuracy),
-                p.calls,
-                100.0 * p.share_of_calls,
-                100.0 * p.share_of_cost
-            );
-        }
-        out
     }
+    out
 }

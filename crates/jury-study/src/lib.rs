@@ -15,7 +15,7 @@ mod study;
 
 use std::path::PathBuf;
 
-pub use adaptive::{AdaptivePoint, AdaptiveSettings, AdaptiveStudy, adaptive_study};
+pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
 pub use report::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
