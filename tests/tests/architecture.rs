@@ -150,3 +150,98 @@ fn output_file_names_are_spelled_only_in_the_layout_module() {
     }
     assert!(found.is_empty(), "output file names spelled outside jury_io::layout: {found:?}");
 }
+
+/// The modules of one crate (`src/NAME.rs` or `src/NAME/`) and, for each, the modules its
+/// code names by path (`crate::NAME`), test modules aside.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let module_of = |f: &Path| -> Option<String> {
+        let rel = f.strip_prefix(src).ok()?;
+        let first = rel.components().next()?.as_os_str().to_str()?;
+        let name = first.strip_suffix(".rs").unwrap_or(first);
+        (!matches!(name, "lib" | "main" | "bin")).then(|| name.to_owned())
+    };
+    let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    for f in &files {
+        let Some(from) = module_of(f) else { continue };
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut names = BTreeSet::new();
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if rest[name.len()..].starts_with("::") || rest[name.len()..].starts_with(";") {
+                names.insert(name);
+            }
+        }
+        // `use crate::{a::X, b}` names modules inside braces too.
+        for (at, _) in code.match_indices("use crate::{") {
+            let inner = &code[at + "use crate::{".len()..];
+            let inner = &inner[..inner.find("};").unwrap_or(inner.len())];
+            for part in inner.split(',') {
+                let name: String = part.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if part.trim()[name.len()..].starts_with("::") {
+                    names.insert(name);
+                }
+            }
+        }
+        let edges = graph.get_mut(&from).unwrap();
+        edges.extend(names.into_iter().filter(|n| modules.contains(n) && *n != from));
+    }
+    graph
+}
+
+/// A cycle through `graph`, if it has one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_owned(), 1);
+        path.push(n.to_owned());
+        for m in &graph[n] {
+            match state.get(m.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let start = path.iter().position(|p| p == m).unwrap();
+                    return Some(path[start..].iter().cloned().chain([m.clone()]).collect());
+                }
+                0 => {
+                    if let Some(c) = visit(m, graph, state, path) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        state.insert(n.to_owned(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in graph.keys() {
+        if state.get(n.as_str()).copied().unwrap_or(0) == 0
+            && let Some(c) = visit(n, graph, &mut state, &mut Vec::new())
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// No crate's modules import each other in a circle (module paths named in code: a
+/// re-export through the crate root is not followed).
+#[test]
+fn no_module_imports_another_that_imports_it_back() {
+    let mut cycles = Vec::new();
+    for p in metadata()["packages"].as_array().unwrap() {
+        let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
+        if let Some(c) = cycle(&module_graph(&manifest.parent().unwrap().join("src"))) {
+            cycles.push(format!("{}: {}", p["name"].as_str().unwrap(), c.join(" -> ")));
+        }
+    }
+    assert!(cycles.is_empty(), "module cycles: {cycles:?}");
+}

@@ -10,6 +10,7 @@ mod dry_run;
 mod experiment;
 mod judging;
 mod output;
+mod record;
 mod stages;
 
 pub use adaptive::{AdaptiveRecord, Decision};
@@ -20,4 +21,5 @@ pub use judging::{
     any_judgment_key, judgment_key, run_judge, run_jury, run_jury_each, server_counters,
 };
 pub use output::{Manifest, OutputLayout, write_judging};
-pub use stages::{Examples, JudgeRecord, JuryRun, Prepared, jurors, prepare, sample_examples};
+pub use record::{Examples, JudgeRecord, JuryRun};
+pub use stages::{Prepared, jurors, prepare, sample_examples};

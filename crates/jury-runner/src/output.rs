@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::adaptive::AdaptiveRecord;
 use crate::experiment::Experiment;
 use crate::judging::{JurorInfo, RunError};
-use crate::stages::JuryRun;
+use crate::record::JuryRun;
 
 /// The files of a `jury run` output directory, held for one run (`jury_io::OutputDir`:
 /// a lock, refusal of another experiment's output, no symbolic links). Every file but

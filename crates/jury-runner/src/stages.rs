@@ -4,7 +4,7 @@
 //! every juror's pass through the cache ([`crate::run_jury`]); and the collected
 //! verdicts ([`JuryRun`]), which aggregation takes as a plain judgments matrix.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,15 +18,9 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::experiment::{DatasetConfig, Experiment, JudgeEntry, Runtime, tokenizer_dir};
-use crate::judging::{JudgeResults, JudgeSpec, Juror, JurorInfo, RunError, run_jury};
+use crate::judging::{JudgeSpec, Juror, RunError, run_jury};
 use crate::output::OutputLayout;
-
-/// The examples of a run: those drawn from the data set, and those judged (with
-/// `both_orders`, each pair again with its answers swapped).
-pub struct Examples {
-    pub original: Vec<Example>,
-    pub judged: Arc<Vec<Example>>,
-}
+use crate::record::{Examples, JudgeRecord, JuryRun};
 
 /// Loads the data set, draws `limit` examples with `seed` (kept in file order) and adds
 /// the swapped pairs when both orders are judged.
@@ -123,56 +117,6 @@ fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Ju
         JudgeSpec::Local { cfg, model_sha256 }
     };
     Ok(Juror { name: entry.name.clone(), template, spec })
-}
-
-/// One juror's collected results.
-pub struct JudgeRecord {
-    pub name: String,
-    /// One verdict per original example (with both orders, the two orders' mean in the
-    /// original orientation).
-    pub verdicts: HashMap<String, Verdict>,
-    /// What the pass produced, per judged example (both orders apart).
-    pub results: JudgeResults,
-    pub info: JurorInfo,
-    /// The juror's own template (path and SHA-256 of its text), when it has one.
-    pub own_template: Option<(std::path::PathBuf, String)>,
-}
-
-impl JudgeRecord {
-    /// Mean of P(positive) + P(negative) over the verdicts.
-    pub fn mean_captured_mass(&self) -> f64 {
-        self.verdicts.values().map(|x| x.mass).sum::<f64>() / self.verdicts.len().max(1) as f64
-    }
-
-    /// Share of verdicts in which every verdict token's probability was observed.
-    pub fn exact_share(&self) -> f64 {
-        self.verdicts.values().filter(|x| x.exact).count() as f64 / self.verdicts.len().max(1) as f64
-    }
-}
-
-/// The judging part of a run, ready for aggregation and output.
-pub struct JuryRun {
-    pub examples: Examples,
-    pub judges: Vec<JudgeRecord>,
-    /// The binary judgments matrix (examples in file order, judges in config order).
-    pub judgments: Judgments,
-    /// The labels of the judged examples that have one.
-    pub labels: Labels,
-    /// The template the experiment names (path and SHA-256 of its text).
-    pub template_sha256: String,
-    pub seconds: f64,
-    /// An adaptive run's decisions and calls.
-    pub adaptive: Option<crate::adaptive::AdaptiveRecord>,
-}
-
-impl JuryRun {
-    pub fn mean_captured_mass(&self) -> BTreeMap<&str, f64> {
-        self.judges.iter().map(|j| (j.name.as_str(), j.mean_captured_mass())).collect()
-    }
-
-    pub fn exact_shares(&self) -> BTreeMap<&str, f64> {
-        self.judges.iter().map(|j| (j.name.as_str(), j.exact_share())).collect()
-    }
 }
 
 /// An experiment ready to judge: its examples drawn, templates checked against the
