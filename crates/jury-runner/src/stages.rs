@@ -257,6 +257,7 @@ fn matrix(examples: &[Example], judges: &[JudgeRecord]) -> Result<(Judgments, La
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn ex(id: &str) -> Example {
         Example { id: id.into(), fields: BTreeMap::new(), label: Some(1), category: None }
