@@ -2,8 +2,8 @@
 servers, writes a data set of statements sized to about 8 seconds at the ideal rate,
 runs `jury run` on it REPS times (a fresh output directory, so nothing comes from the
 cache) and prints jury's judging rate against the ideal. Then four judges, each on its
-own quarter of 4, 8 and 32 servers, full and adaptive (target 0.95, at least 2 judges,
-warm-up 0.1): calls over the run's wall seconds (manifest.json `total_seconds`, the
+own quarter of 4, 8 and 32 servers, full and adaptive (target 0.95, at least 2
+judges, warm-up 0.1, the Dawid-Skene posterior): calls over the run's wall seconds (manifest.json `total_seconds`, the
 rounds' waits included) against the same ideal, and against the bound the calls allow
 (each judge's calls at its own quarter's ideal rate, the busiest judge setting the
 time: an adaptive example asks only the judges it needs)."""
@@ -47,7 +47,7 @@ dataset:
   path: {data}
 prompt: {repo}/prompts/demo-facts.yaml
 judges:
-{judges}{"adaptive: {target: 0.95, min_judges: 2, warmup: 0.1, seed: 0}" if adaptive else ""}
+{judges}{"adaptive: {target: 0.95, min_judges: 2, warmup: 0.1, seed: 0, posterior: ds}" if adaptive else ""}
 aggregate:
   methods: [mv]
 output: {out}
