@@ -9,9 +9,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use jury_core::Labels;
+use jury_io::layout::{METRICS, PREDICTIONS};
 use jury_io::{OutputDir, Owner, read_judgments, read_labels};
 use jury_neural::Note;
-use jury_study::{AggregateOptions, OutputLayout, Settings, Study};
+use jury_study::{AggregateOptions, Settings, Study};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -65,9 +66,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     settings.resolve_encoder()?;
     let (judgments, labels) = args.files.read()?;
     let study = jury_study::run(&judgments, labels.as_ref(), &settings, &print_note)?;
-    let out = args
-        .files
-        .open_out("aggregate", &[OutputLayout::FILES[0], OutputLayout::FILES[1], jury_report::REPORT_FILE])?;
+    let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     write(&study, out.staging_dir(), &args.files.out)?;
     let texts = crate::report::read_texts(settings.contexts())?;
     crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;
@@ -79,7 +78,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
 pub(crate) fn write(study: &Study, staging: &std::path::Path, out: &std::path::Path) -> Result<()> {
     study.write(staging)?;
     print!("{}", study.table());
-    let [metrics, predictions] = OutputLayout::FILES.map(|f| out.join(f));
+    let [metrics, predictions] = [METRICS, PREDICTIONS].map(|f| out.join(f));
     println!("wrote {} and {}", metrics.display(), predictions.display());
     Ok(())
 }

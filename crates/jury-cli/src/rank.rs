@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use jury_io::{read_responses, write_atomic};
 use jury_rank::{
-    EvalSpec, Method, RankReport, Ranking, Responses, SimOptions, SimStudy, score_against_reference, simulate_study,
+    EvalSpec, RankMethod, RankReport, Ranking, Responses, SimOptions, SimStudy, score_against_reference, simulate_study,
 };
 
 #[cfg(feature = "judges")]
@@ -21,7 +21,7 @@ pub(crate) struct Args {
     responses: PathBuf,
     /// The ranking method.
     #[arg(long, value_enum, default_value = "ftr")]
-    method: Method,
+    method: RankMethod,
     /// Evaluation function: rouge2, equal, noisy-equal:P, or llm:MODEL.gguf (a local LLM
     /// judges which of two answers agrees better with the judge model's; needs a
     /// `prompt` column with each prompt's text).
@@ -72,7 +72,7 @@ pub(crate) fn prepare(args: Args) -> Result<Args> {
     {
         bail!("--tokenizer: {} has no tokenizer.json", dir.display());
     }
-    if llm && args.method == Method::Mca {
+    if llm && args.method == RankMethod::Mca {
         bail!(
             "--method mca needs a similarity to a consensus answer; an LLM judge only compares pairs (use gtr or ftr)"
         );

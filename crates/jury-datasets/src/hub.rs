@@ -13,22 +13,22 @@ const SCHEME: &str = "hf://datasets/";
 
 /// A file in a hub data set repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HubFile {
+pub struct HubAddress {
     pub repo: String,
     pub revision: Option<String>,
     pub file: String,
 }
 
-impl HubFile {
+impl HubAddress {
     /// Parses `hf://datasets/OWNER/NAME[@REVISION]/FILE`; `None` for any other path.
-    pub fn parse(path: &Path) -> Option<Result<HubFile, DatasetError>> {
+    pub fn parse(path: &Path) -> Option<Result<HubAddress, DatasetError>> {
         let rest = path.to_str()?.strip_prefix(SCHEME)?;
         let bad = || DatasetError::HubAddress { address: path.display().to_string() };
         // OWNER/NAME[@REVISION], then the file's path inside the repository.
         let repo_end = rest.match_indices('/').nth(1).map(|(i, _)| i);
         let parsed = repo_end.and_then(|end| Some((jury_cache::hub::RepoId::parse(&rest[..end])?, &rest[end + 1..])));
         match parsed {
-            Some((repo, file)) if !file.is_empty() => Some(Ok(HubFile {
+            Some((repo, file)) if !file.is_empty() => Some(Ok(HubAddress {
                 repo: repo.id.to_owned(),
                 revision: repo.revision.map(str::to_owned),
                 file: file.to_owned(),
@@ -57,7 +57,7 @@ impl HubFile {
     }
 }
 
-impl std::fmt::Display for HubFile {
+impl std::fmt::Display for HubAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.revision {
             Some(r) => write!(f, "{SCHEME}{}@{r}/{}", self.repo, self.file),
@@ -69,7 +69,7 @@ impl std::fmt::Display for HubFile {
 /// A data set path as given in a config: a local path, or a hub address resolved
 /// through the hub cache of the environment (`HF_HOME`, default `~/.cache/huggingface`).
 pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
-    match HubFile::parse(path) {
+    match HubAddress::parse(path) {
         None => Ok(path.to_owned()),
         Some(hub) => hub?.fetch(&jury_cache::hub::cache_root(), jury_cache::hub::offline()),
     }
@@ -78,7 +78,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
 /// [`resolve`] without the network: the local file, or `None` when a local path does
 /// not exist or a hub address is not in the local hub cache.
 pub fn resolve_local(path: &Path) -> Result<Option<PathBuf>, DatasetError> {
-    match HubFile::parse(path) {
+    match HubAddress::parse(path) {
         None => Ok(Some(path.to_owned()).filter(|p| p.exists())),
         Some(hub) => Ok(hub?.fetch(&jury_cache::hub::cache_root(), true).ok()),
     }
@@ -101,15 +101,15 @@ mod tests {
 
     #[test]
     fn parses_addresses_and_passes_plain_paths() {
-        assert!(HubFile::parse(Path::new("data/train.csv")).is_none());
-        let h = HubFile::parse(Path::new("hf://datasets/lmsys/arena@v2/data/train.csv")).unwrap().unwrap();
+        assert!(HubAddress::parse(Path::new("data/train.csv")).is_none());
+        let h = HubAddress::parse(Path::new("hf://datasets/lmsys/arena@v2/data/train.csv")).unwrap().unwrap();
         assert_eq!(
             (h.repo.as_str(), h.revision.as_deref(), h.file.as_str()),
             ("lmsys/arena", Some("v2"), "data/train.csv")
         );
         assert_eq!(h.to_string(), "hf://datasets/lmsys/arena@v2/data/train.csv");
         for bad in ["hf://datasets/lmsys", "hf://datasets/lmsys/arena", "hf://datasets/lmsys/@/f"] {
-            assert!(HubFile::parse(Path::new(bad)).unwrap().is_err(), "{bad}");
+            assert!(HubAddress::parse(Path::new(bad)).unwrap().is_err(), "{bad}");
         }
     }
 
@@ -119,11 +119,11 @@ mod tests {
         let rows = "id,model_a,model_b,prompt,response_a,response_b,winner_model_a,winner_model_b,winner_tie\n\
                     7,m1,m2,\"[\"\"Q\"\"]\",\"[\"\"a\"\"]\",\"[\"\"b\"\"]\",1,0,0\n";
         hub_cache(dir.path(), "datasets--team--arena", "main", "train.csv", rows);
-        let h = HubFile::parse(Path::new("hf://datasets/team/arena/train.csv")).unwrap().unwrap();
+        let h = HubAddress::parse(Path::new("hf://datasets/team/arena/train.csv")).unwrap().unwrap();
         let p = h.fetch(dir.path(), true).unwrap();
         let ex = crate::chatbot_arena(&p).unwrap();
         assert_eq!((ex[0].id.as_str(), ex[0].label), ("arena-7", Some(1)));
-        let missing = HubFile::parse(Path::new("hf://datasets/team/arena/test.csv")).unwrap().unwrap();
+        let missing = HubAddress::parse(Path::new("hf://datasets/team/arena/test.csv")).unwrap().unwrap();
         let e = missing.fetch(dir.path(), true).unwrap_err().to_string();
         assert!(e.contains("hf://datasets/team/arena/test.csv") && e.contains("HF_HUB_OFFLINE"), "{e}");
     }

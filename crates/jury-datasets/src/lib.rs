@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use context::ContextStyle;
-pub use hub::{HubFile, resolve, resolve_local};
+pub use hub::{HubAddress, resolve, resolve_local};
 
 /// One item to judge.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,16 +1,16 @@
 //! BERT encoder (all-MiniLM-L6-v2 layout, weight names without a `bert.` prefix): token
 //! ids to one mean-pooled, L2-normalised vector per text.
 //!
-//! Invariant: with `differentiable = true` every op has a backward pass (`fast_grad`'s
+//! Invariant: with `differentiable = true` every op has a backward pass (`kernels_grad`'s
 //! kernels, or plain candle expressions; candle 0.10's fused `layer_norm` and
 //! `softmax_last_dim` have none and would silently stop gradients, SPEC.md section 2).
-//! Candle's and `fast`'s backward-less forms are used only when nothing trains through
+//! Candle's and `kernels`' backward-less forms are used only when nothing trains through
 //! the encoder.
 
 use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
-use crate::{fast, fast_grad};
+use crate::{kernels, kernels_grad};
 
 /// The fields of a BERT `config.json` this encoder reads.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -46,7 +46,7 @@ impl LayerNorm {
         if !differentiable {
             return candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps as f32);
         }
-        fast_grad::layer_norm(x, &self.weight, &self.bias, self.eps)
+        kernels_grad::layer_norm(x, &self.weight, &self.bias, self.eps)
     }
 }
 
@@ -87,7 +87,8 @@ impl Layer {
     fn forward(&self, x: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
         let (b, t, h) = x.dims3()?;
         let d = h / self.heads;
-        let lin = |l: &Linear, x: &Tensor| if differentiable { fast_grad::linear(l, x) } else { fast::linear(l, x) };
+        let lin =
+            |l: &Linear, x: &Tensor| if differentiable { kernels_grad::linear(l, x) } else { kernels::linear(l, x) };
         let split = |y: Tensor| -> Result<Tensor> { y.reshape((b, t, self.heads, d))?.transpose(1, 2)?.contiguous() };
         let q = split(lin(&self.query, x)?)?;
         let k = split(lin(&self.key, x)?)?;
@@ -95,14 +96,14 @@ impl Layer {
         let scores = q.matmul(&k.t()?)?;
         let scale = 1.0 / (d as f64).sqrt();
         let probs = if differentiable {
-            fast_grad::masked_softmax(&scores, mask, scale)?
+            kernels_grad::masked_softmax(&scores, mask, scale)?
         } else {
-            fast::masked_softmax(&scores, mask, scale)?
+            kernels::masked_softmax(&scores, mask, scale)?
         };
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.contiguous()?.reshape((b, t, h))?;
         let a = self.attn_norm.forward(&(lin(&self.attn_out, &ctx)? + x)?, differentiable)?;
         let pre = lin(&self.intermediate, &a)?;
-        let inter = if differentiable { fast_grad::gelu_erf(&pre)? } else { fast::gelu_erf(&pre)? };
+        let inter = if differentiable { kernels_grad::gelu_erf(&pre)? } else { kernels::gelu_erf(&pre)? };
         self.out_norm.forward(&(lin(&self.output, &inter)? + a)?, differentiable)
     }
 }

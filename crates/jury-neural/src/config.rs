@@ -3,7 +3,7 @@
 
 /// Which model, and how its posterior is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
+pub enum ModelKind {
     /// Encoder head trained on majority-vote labels; posterior = s.
     TrainOnMv,
     /// Task-level skills, no regulariser; posterior = s (judges not used at inference).
@@ -148,7 +148,7 @@ pub struct TrainConfig {
     pub adam_eps: f64,
     /// Dropout on the context vector before the bottleneck while training.
     pub dropout: f64,
-    pub method: Method,
+    pub method: ModelKind,
     pub lambda: f64,
     pub epochs: usize,
     pub batch: usize,
@@ -190,7 +190,7 @@ impl Default for TrainConfig {
             schedule: Schedule::Constant,
             adam_eps: 1e-8,
             dropout: 0.0,
-            method: Method::SkillAgg,
+            method: ModelKind::SkillAgg,
             lambda: 0.0,
             epochs: 10,
             batch: 256,

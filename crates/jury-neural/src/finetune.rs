@@ -24,8 +24,8 @@ use rand_chacha::ChaCha8Rng;
 use crate::adamw::FusedAdamW;
 use crate::config::Recipe;
 use crate::head::ContextModel;
-use crate::paper::PaperModel;
-use crate::skill::{JuryData, Method, SkillModel, TrainConfig, tensors};
+use crate::paper_models::PaperModel;
+use crate::skill::{JuryData, ModelKind, SkillModel, TrainConfig, tensors};
 use crate::{ComputeDevice, Encoder, NeuralError};
 
 /// Settings of the fine-tuned mode besides [`TrainConfig`].
@@ -312,7 +312,7 @@ pub fn train(
         // Posteriors of every example with this epoch's encoder, and the judges' slopes
         // summed over examples (each batch's mean times its size).
         let (mut post, mut prior) = (vec![0f32; jury.n], vec![0f32; jury.n]);
-        let with_skills = cfg.method != Method::TrainOnMv;
+        let with_skills = cfg.method != ModelKind::TrainOnMv;
         let mut slope_sum = vec![0f64; if with_skills { jury.k } else { 0 }];
         for chunk in &score_batches {
             let (ids, m) = frozen.pad(&rows, chunk)?;
@@ -391,7 +391,7 @@ mod tests {
     }
 
     /// The settings both resume tests share.
-    fn config(method: Method, epochs: usize, seed: u64) -> TrainConfig {
+    fn config(method: ModelKind, epochs: usize, seed: u64) -> TrainConfig {
         TrainConfig { method, lambda: 0.1, epochs, batch: 16, lr: 1e-2, seed, ..TrainConfig::default() }
     }
 
@@ -401,7 +401,7 @@ mod tests {
         // A run killed during epoch 2 left what a 2-epoch run leaves: epochs 0 and 1
         // finished, epoch 1's weights on disk.
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
-        let cfg = config(Method::SkillAggX, 2, 4);
+        let cfg = config(ModelKind::SkillAggX, 2, 4);
         let ft = ft_config(dir.path().join("ckpt"), 0);
         let mut seen = Vec::new();
         train(
@@ -468,7 +468,7 @@ mod tests {
     fn a_run_killed_mid_epoch_resumes_after_its_last_saved_batch() {
         let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
-        let cfg = config(Method::SkillAgg, 1, 2);
+        let cfg = config(ModelKind::SkillAgg, 1, 2);
         let ft = ft_config(dir.path().join("ckpt"), 1);
         // Batches of 16, 16 and 8 texts; the run dies while reporting the second batch,
         // after its checkpoint was written.
@@ -504,7 +504,7 @@ mod tests {
     fn a_run_killed_in_the_scoring_pass_trains_nothing_again() {
         let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
-        let cfg = config(Method::SkillAgg, 1, 3);
+        let cfg = config(ModelKind::SkillAgg, 1, 3);
         // Checkpoints every 2 batches: of 3, only the end-of-training one covers batch 3.
         let ft = |name: &str| ft_config(dir.path().join(name), 2);
         let run = |ft: &FinetuneConfig, reports: &mut Vec<(Phase, usize)>| {
@@ -625,7 +625,7 @@ mod tests {
     fn a_resumed_run_computes_what_an_uninterrupted_one_does() {
         let (dir, texts, y, present) = setup();
         let jury = JuryData { n: 40, k: 3, y: &y, present: &present };
-        let cfg = config(Method::SkillAggX, 2, 7);
+        let cfg = config(ModelKind::SkillAggX, 2, 7);
         let ft = |name: &str| ft_config(dir.path().join(name), 1);
         let (whole, resumed) = whole_and_resumed(dir.path(), &texts, &jury, &cfg);
         let d = max_diff(&whole[1].slopes, &resumed[1].slopes);
@@ -643,7 +643,7 @@ mod tests {
     /// The paper recipe fine-tunes too (its head, one learning rate moved by the cosine
     /// schedule, seeded dropout, unnormalised pooling), and a run killed mid-epoch
     /// resumes to what an uninterrupted one computes: the schedule's step and the
-    /// dropout masks follow from (seed, epoch, batch), not from the process (paper.rs
+    /// dropout masks follow from (seed, epoch, batch), not from the process (paper_models.rs
     /// pins that the -X skill layer sends no gradient into the context vector).
     #[test]
     fn the_paper_recipe_fine_tunes_and_resumes_exactly() {
@@ -656,14 +656,14 @@ mod tests {
             adam_eps: recipe.adam_eps(),
             dropout: recipe.dropout(),
             skill_init: recipe.skill_init(),
-            ..config(Method::SkillAggX, 2, 7)
+            ..config(ModelKind::SkillAggX, 2, 7)
         };
         let (whole, _) = whole_and_resumed(dir.path(), &texts, &jury, &cfg);
         assert!(whole[1].posteriors.iter().all(|p| p.is_finite()));
         assert_eq!(whole[1].slopes.len(), 3);
         // jury-v1 with the same seed trains another model.
         let ft = ft_config(dir.path().join("v1"), 1);
-        let v1 = run_with_kill(dir.path(), &texts, &jury, &config(Method::SkillAggX, 2, 7), &ft, None);
+        let v1 = run_with_kill(dir.path(), &texts, &jury, &config(ModelKind::SkillAggX, 2, 7), &ft, None);
         assert!(max_diff(&whole[1].posteriors, &v1[1].posteriors) > 1e-4);
     }
 
@@ -680,7 +680,7 @@ mod tests {
             let ft = ft_config(dir.path().join(name), 0);
             run_with_kill(dir.path(), &texts, &jury, &cfg, &ft, None)
         };
-        let (cl, sa) = (run(Method::Crowdlayer, "cl"), run(Method::SkillAgg, "sa"));
+        let (cl, sa) = (run(ModelKind::Crowdlayer, "cl"), run(ModelKind::SkillAgg, "sa"));
         for e in 0..2 {
             assert_eq!(sa[e].prior.len(), 40);
             assert!(max_diff(&cl[e].posteriors, &sa[e].prior) < 1e-6, "epoch {e}");

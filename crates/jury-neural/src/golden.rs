@@ -1,7 +1,7 @@
 //! Test support for the encoder fixtures: reads them, and compares the gradients candle
 //! computes through an encoder with golden gradients from an independent float64
 //! implementation (`scripts/make-encoder-fixtures.py`, central finite differences of its
-//! forward pass), so a wrong backward pass (candle's or `fast_grad`'s) fails a test
+//! forward pass), so a wrong backward pass (candle's or `kernels_grad`'s) fails a test
 //! instead of silently training the wrong model.
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! each text's last token, L2-normalised.
 //!
 //! Invariants: as in `bert`, `differentiable = true` uses only ops with a backward pass
-//! (`fast_grad`'s kernels or plain candle expressions). Right padding never changes an
+//! (`kernels_grad`'s kernels or plain candle expressions). Right padding never changes an
 //! embedding: attention is causal, so a real token never sees the padding after it.
 //! Weights keep the hub file's layout (`Conv1D`: [in, out]) and are transposed inside
 //! `forward`, so the trained variables are the file's own tensors and a fine-tuned
@@ -13,7 +13,7 @@ use candle_core::{D, DType, Module, Result, Tensor, bail};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
 use crate::bert::LayerNorm;
-use crate::{fast, fast_grad};
+use crate::{kernels, kernels_grad};
 
 /// The fields of a GPT-2 `config.json` this encoder reads.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -50,7 +50,7 @@ impl Conv1D {
     fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
         // Transposed on every call: when fine-tuning, the variable changes between calls.
         let l = Linear::new(self.weight.t()?.contiguous()?, Some(self.bias.clone()));
-        if differentiable { fast_grad::linear(&l, x) } else { fast::linear(&l, x) }
+        if differentiable { kernels_grad::linear(&l, x) } else { kernels::linear(&l, x) }
     }
 }
 

@@ -11,24 +11,24 @@ mod adamw;
 pub mod bert;
 mod config;
 mod embed_cache;
-mod fast;
-mod fast_grad;
 pub mod finetune;
 #[cfg(test)]
 mod golden;
 pub mod gpt2;
 mod head;
 pub mod hub;
+mod kernels;
+mod kernels_grad;
 pub mod multiclass;
-pub mod paper;
+pub mod paper_models;
 pub mod skill;
 mod study;
 
-pub use config::{Method, Recipe, Schedule, TrainConfig};
+pub use config::{ModelKind, Recipe, Schedule, TrainConfig};
 pub use study::{NeuralMethod, NeuralOptions, NeuralRun, Note, SeedRun, SkillInit, run_methods};
 
 /// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an
-/// older implementation are not reused). 2: fused CPU kernels (`fast`).
+/// older implementation are not reused). 2: fused CPU kernels (`kernels`).
 pub const ENCODER_REVISION: &str = "bert-encoder-2";
 
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@ use jury_core::argmax;
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
-use crate::config::{Method, TrainConfig};
+use crate::config::{ModelKind, TrainConfig};
 use crate::head::{self, Head, JudgeLogits};
 
 /// Judge outputs for C classes: `y[(n*k + j)*c + class]` = judge j's probability of
@@ -42,7 +42,7 @@ pub struct MultiModel {
     eye: Tensor,
     k: usize,
     c: usize,
-    method: Method,
+    method: ModelKind,
 }
 
 impl MultiModel {
@@ -62,7 +62,7 @@ impl MultiModel {
         let d = (cfg.skill_init * (c as f64 - 1.0) / (1.0 - cfg.skill_init)).ln() as f32;
         let bias: Vec<f32> =
             (0..k * c * c).map(|i| if (i % (c * c)).is_multiple_of(c + 1) { d } else { 0.0 }).collect();
-        let conf = JudgeLogits::new(h, bias, cfg.method == Method::SkillAggX, rng, dev)?;
+        let conf = JudgeLogits::new(h, bias, cfg.method == ModelKind::SkillAggX, rng, dev)?;
         let eye: Vec<f32> = (0..c * c).map(|i| if i.is_multiple_of(c + 1) { 1.0 } else { 0.0 }).collect();
         let eye = Tensor::from_vec(eye, (1, 1, c, c), dev)?;
         Ok(Self { head, conf, eye, k, c, method: cfg.method })
@@ -102,7 +102,7 @@ impl MultiModel {
     pub fn loss(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Tensor, NeuralError> {
         let eps = 1e-6;
         let s = self.bottleneck(x)?;
-        if self.method == Method::TrainOnMv {
+        if self.method == ModelKind::TrainOnMv {
             return Ok(y.mul(&(s + eps)?.log()?)?.sum(D::Minus1)?.neg()?.mean_all()?);
         }
         let b = x.dim(0)?;
@@ -120,7 +120,7 @@ impl MultiModel {
     /// Posterior rows [n][C], flattened. SkillAgg / -X: log s_c + sum over available
     /// judges of sum_c' y_jc' log P_j[c][c'], normalised; Crowdlayer and Train-on-MV: s.
     pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
+        if matches!(self.method, ModelKind::Crowdlayer | ModelKind::TrainOnMv) {
             return self.prior(x);
         }
         let s = self.bottleneck(x)?;
@@ -149,11 +149,11 @@ head::context_model!(MultiModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask
 /// Training tensors: judge distributions [n, K, C] (Train-on-MV: the one-hot majority
 /// vote of the available judges' argmax votes [n, C], ties to the lowest class) and the
 /// mask [n, K].
-pub fn tensors(jury: &MultiData, method: Method, dev: &Device) -> Result<(Tensor, Tensor), NeuralError> {
+pub fn tensors(jury: &MultiData, method: ModelKind, dev: &Device) -> Result<(Tensor, Tensor), NeuralError> {
     let (n, k, c) = (jury.n, jury.k, jury.c);
     let mask: Vec<f32> = jury.present.iter().map(|&p| if p { 1.0 } else { 0.0 }).collect();
     let mask_t = Tensor::from_vec(mask, (n, k), dev)?;
-    if method != Method::TrainOnMv {
+    if method != ModelKind::TrainOnMv {
         let y: Vec<f32> = (0..n * k * c).map(|i| if jury.present[i / c] { jury.y[i] } else { 0.0 }).collect();
         return Ok((Tensor::from_vec(y, (n, k, c), dev)?, mask_t));
     }
@@ -211,7 +211,7 @@ mod tests {
         (Tensor::from_vec(x, (n, h), &Device::Cpu).unwrap(), y, present, labels)
     }
 
-    fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
+    fn cfg(method: ModelKind, lambda: f64, seed: u64) -> TrainConfig {
         TrainConfig { method, lambda, epochs: 40, lr: 0.05, seed, skill_init: 0.7, ..TrainConfig::default() }
     }
 
@@ -226,9 +226,9 @@ mod tests {
         let soft: Vec<f32> =
             soft.chunks(c).flat_map(|r| r.iter().map(|v| v / r.iter().sum::<f32>()).collect::<Vec<_>>()).collect();
         let data = MultiData { n, k, c, y: &soft, present: &present };
-        let m =
-            train(&x, &data, &TrainConfig { epochs: 3, ..cfg(Method::SkillAggX, 0.0, 3) }, |_, _, _| Ok(())).unwrap();
-        let (yt, mt) = tensors(&data, Method::SkillAggX, &Device::Cpu).unwrap();
+        let m = train(&x, &data, &TrainConfig { epochs: 3, ..cfg(ModelKind::SkillAggX, 0.0, 3) }, |_, _, _| Ok(()))
+            .unwrap();
+        let (yt, mt) = tensors(&data, ModelKind::SkillAggX, &Device::Cpu).unwrap();
         let s: Vec<Vec<f32>> = m.bottleneck(&x).unwrap().to_vec2().unwrap();
         let conf: Vec<f32> = m.confusion(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let p = |e: usize, j: usize, a: usize, b: usize| conf[((e * k + j) * c + a) * c + b] as f64;
@@ -278,7 +278,7 @@ mod tests {
         let acc = [0.9, 0.7, 0.5, 0.4];
         let (x, y, present, labels) = jury(6000, &acc, 1);
         let data = MultiData { n: 6000, k: 4, c: 3, y: &y, present: &present };
-        let model = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let model = train(&x, &data, &cfg(ModelKind::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
         let conf: Vec<f32> =
             model.confusion(&x.narrow(0, 0, 1).unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for (j, &a) in acc.iter().enumerate() {
@@ -288,7 +288,7 @@ mod tests {
                 assert!((row[class] as f64 - a).abs() < 0.05, "judge {j} class {class}: {row:?} vs {a}");
             }
         }
-        let (yt, mt) = tensors(&data, Method::SkillAgg, &Device::Cpu).unwrap();
+        let (yt, mt) = tensors(&data, ModelKind::SkillAgg, &Device::Cpu).unwrap();
         let post = model.posterior(&x, &yt, &mt).unwrap();
         assert!(
             post.chunks(3)
@@ -302,8 +302,8 @@ mod tests {
         let acc = [0.95, 0.6, 0.55];
         let (x, y, present, _) = jury(3000, &acc, 2);
         let data = MultiData { n: 3000, k: 3, c: 3, y: &y, present: &present };
-        let free = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
-        let reg = train(&x, &data, &cfg(Method::SkillAgg, 1.0, 0), |_, _, _| Ok(())).unwrap();
+        let free = train(&x, &data, &cfg(ModelKind::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let reg = train(&x, &data, &cfg(ModelKind::SkillAgg, 1.0, 0), |_, _, _| Ok(())).unwrap();
         let (a, b) = (free.slopes(&x).unwrap()[0], reg.slopes(&x).unwrap()[0]);
         assert!(b < a - 0.05, "slope without {a}, with the regulariser {b}");
     }
@@ -312,15 +312,18 @@ mod tests {
     fn gradients_reach_every_parameter_and_seeds_repeat() {
         let (x, y, present, _) = jury(512, &[0.8, 0.6], 3);
         let data = MultiData { n: 512, k: 2, c: 3, y: &y, present: &present };
-        for method in [Method::SkillAgg, Method::SkillAggX, Method::Crowdlayer, Method::TrainOnMv] {
+        for method in [ModelKind::SkillAgg, ModelKind::SkillAggX, ModelKind::Crowdlayer, ModelKind::TrainOnMv] {
             let c = TrainConfig { epochs: 2, hidden: 8, ..cfg(method, 0.5, 7) };
             let m = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
             let (yt, mt) = tensors(&data, method, &Device::Cpu).unwrap();
             let norms = m.grad_norms(&x, &yt, &mt, 0.5).unwrap();
             // Train-on-MV has no confusion parameters: head weight and bias, hidden layer.
             let reached: Vec<bool> = norms.iter().map(|&g| g > 0.0).collect();
-            let want =
-                if method == Method::TrainOnMv { vec![true, true, false, true, true] } else { vec![true; norms.len()] };
+            let want = if method == ModelKind::TrainOnMv {
+                vec![true, true, false, true, true]
+            } else {
+                vec![true; norms.len()]
+            };
             assert_eq!(reached, want, "{method:?}: {norms:?}");
             let again = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
             assert_eq!(m.posterior(&x, &yt, &mt).unwrap(), again.posterior(&x, &yt, &mt).unwrap());

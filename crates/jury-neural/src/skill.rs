@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::NeuralError;
 use crate::head::{self, Head, JudgeLogits};
 
-pub use crate::config::{Method, TrainConfig};
+pub use crate::config::{ModelKind, TrainConfig};
 
 /// Judge outputs as the trainer reads them: `y[n*k + j]` = judge j's P(positive) on
 /// example n, `present` marks the available ones.
@@ -34,7 +34,7 @@ pub struct SkillModel {
     /// [p0 of every judge, then p1 of every judge], through a sigmoid.
     skills: JudgeLogits,
     k: usize,
-    method: Method,
+    method: ModelKind,
 }
 
 fn logit(p: f64) -> f32 {
@@ -50,7 +50,7 @@ fn start_logits(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
 impl SkillModel {
     pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
         let head = Head::new(h, 2, cfg.hidden, rng, dev)?;
-        let skills = JudgeLogits::new(h, start_logits(cfg, k)?, cfg.method == Method::SkillAggX, rng, dev)?;
+        let skills = JudgeLogits::new(h, start_logits(cfg, k)?, cfg.method == ModelKind::SkillAggX, rng, dev)?;
         Ok(Self { head, skills, k, method: cfg.method })
     }
 
@@ -78,7 +78,7 @@ impl SkillModel {
         let s = self.bottleneck(x)?;
         let eps = 1e-6;
         let (s0, s1) = (s.narrow(1, 0, 1)?, s.narrow(1, 1, 1)?);
-        if self.method == Method::TrainOnMv {
+        if self.method == ModelKind::TrainOnMv {
             // y: [batch, 1] majority-vote target in {0, 1}.
             let ce = (y.mul(&(s1 + eps)?.log()?)? + (1.0 - y)?.mul(&(s0 + eps)?.log()?)?)?.neg()?;
             return Ok(ce.mean_all()?);
@@ -107,7 +107,7 @@ impl SkillModel {
     /// P(b | c=1) = p1^b (1-p1)^(1-b) and P(b | c=0) = (1-p0)^b p0^(1-b), in log space.
     /// Crowdlayer and Train-on-MV: s1.
     pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
+        if matches!(self.method, ModelKind::Crowdlayer | ModelKind::TrainOnMv) {
             return self.prior(x);
         }
         let s = self.bottleneck(x)?;
@@ -139,13 +139,13 @@ head::context_model!(SkillModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask
 
 /// Tensors for training: contexts [n, h], targets [n, k] (Train-on-MV: [n, 1] majority
 /// vote) and mask [n, k].
-pub fn tensors(x: &Tensor, jury: &JuryData, method: Method) -> Result<(Tensor, Tensor, Tensor), NeuralError> {
+pub fn tensors(x: &Tensor, jury: &JuryData, method: ModelKind) -> Result<(Tensor, Tensor, Tensor), NeuralError> {
     let dev = x.device();
     let mask: Vec<f32> = jury.present.iter().map(|&p| if p { 1.0 } else { 0.0 }).collect();
     let y: Vec<f32> = jury.y.iter().zip(jury.present).map(|(&y, &p)| if p { y } else { 0.0 }).collect();
     let mask_t = Tensor::from_vec(mask, (jury.n, jury.k), dev)?;
     let y_t = Tensor::from_vec(y.clone(), (jury.n, jury.k), dev)?;
-    if method != Method::TrainOnMv {
+    if method != ModelKind::TrainOnMv {
         return Ok((x.clone(), y_t, mask_t));
     }
     // Majority vote of hard votes, ties to the positive class.
@@ -207,7 +207,7 @@ pub(crate) mod tests {
         (Tensor::from_vec(x, (n, h), &Device::Cpu).unwrap(), y, present, labels)
     }
 
-    fn cfg(method: Method, lambda: f64, seed: u64) -> TrainConfig {
+    fn cfg(method: ModelKind, lambda: f64, seed: u64) -> TrainConfig {
         TrainConfig { method, lambda, epochs: 40, lr: 0.05, seed, ..TrainConfig::default() }
     }
 
@@ -216,7 +216,7 @@ pub(crate) mod tests {
         let truth = [(0.9, 0.8), (0.7, 0.65), (0.6, 0.9), (0.55, 0.55)];
         let (x, y, present, labels) = jury(6000, &truth, 1);
         let data = JuryData { n: 6000, k: truth.len(), y: &y, present: &present };
-        let model = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let model = train(&x, &data, &cfg(ModelKind::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
         let (p0, p1) = model.skills(&x.narrow(0, 0, 1).unwrap()).unwrap();
         let (p0, p1): (Vec<f32>, Vec<f32>) =
             (p0.flatten_all().unwrap().to_vec1().unwrap(), p1.flatten_all().unwrap().to_vec1().unwrap());
@@ -228,7 +228,7 @@ pub(crate) mod tests {
                 p1[j]
             );
         }
-        let (_, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
+        let (_, yt, mt) = tensors(&x, &data, ModelKind::SkillAgg).unwrap();
         let post = model.posterior(&x, &yt, &mt).unwrap();
         assert!(post.iter().all(|p| (0.0..=1.0).contains(p)));
         let acc = post.iter().zip(&labels).filter(|(p, l)| usize::from(**p > 0.5) == **l).count() as f64 / 6000.0;
@@ -242,8 +242,8 @@ pub(crate) mod tests {
         let (x, y, present, _) = jury(512, &truth, 4);
         let data = JuryData { n: 512, k: 2, y: &y, present: &present };
         let m =
-            train(&x, &data, &TrainConfig { epochs: 2, ..cfg(Method::SkillAgg, 0.0, 1) }, |_, _, _| Ok(())).unwrap();
-        let (xt, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
+            train(&x, &data, &TrainConfig { epochs: 2, ..cfg(ModelKind::SkillAgg, 0.0, 1) }, |_, _, _| Ok(())).unwrap();
+        let (xt, yt, mt) = tensors(&x, &data, ModelKind::SkillAgg).unwrap();
         let softened = ((yt.clone() * 0.4).unwrap() + 0.3).unwrap(); // 1 -> 0.7, 0 -> 0.3
         assert_eq!(m.posterior(&xt, &yt, &mt).unwrap(), m.posterior(&xt, &softened, &mt).unwrap());
     }
@@ -256,12 +256,12 @@ pub(crate) mod tests {
         let truth = [(0.8, 0.7), (0.6, 0.9), (0.55, 0.6)];
         let (x, y, present, _) = jury(64, &truth, 6);
         let data = JuryData { n: 64, k: 3, y: &y, present: &present };
-        let m =
-            train(&x, &data, &TrainConfig { epochs: 3, ..cfg(Method::SkillAggX, 0.0, 2) }, |_, _, _| Ok(())).unwrap();
+        let m = train(&x, &data, &TrainConfig { epochs: 3, ..cfg(ModelKind::SkillAggX, 0.0, 2) }, |_, _, _| Ok(()))
+            .unwrap();
         // Soft judge outputs: training reads them as they are, the posterior as verdicts.
         let soft: Vec<f32> = y.iter().enumerate().map(|(i, &v)| 0.15 + 0.7 * v + 0.01 * (i % 7) as f32).collect();
         let data = JuryData { y: &soft, ..data };
-        let (xt, yt, mt) = tensors(&x, &data, Method::SkillAggX).unwrap();
+        let (xt, yt, mt) = tensors(&x, &data, ModelKind::SkillAggX).unwrap();
         let s: Vec<Vec<f32>> = m.bottleneck(&xt).unwrap().to_vec2().unwrap();
         let (p0, p1) = m.skills(&xt).unwrap();
         let (p0, p1): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (p0.to_vec2().unwrap(), p1.to_vec2().unwrap());
@@ -302,7 +302,7 @@ pub(crate) mod tests {
     fn judge_skills_set_the_start() {
         let (x, _, _, _) = jury(8, &[(0.8, 0.8)], 5);
         let start = vec![(0.9, 0.6), (0.3, 1.0)];
-        let cfg = TrainConfig { judge_skills: Some(start), ..cfg(Method::SkillAggX, 0.0, 0) };
+        let cfg = TrainConfig { judge_skills: Some(start), ..cfg(ModelKind::SkillAggX, 0.0, 0) };
         let m = SkillModel::new(x.dim(1).unwrap(), 2, &cfg, &mut head::rng(0), &Device::Cpu).unwrap();
         let (p0, p1) = m.skills(&Tensor::zeros((1, x.dim(1).unwrap()), DType::F32, &Device::Cpu).unwrap()).unwrap();
         let got: Vec<f32> = Tensor::cat(&[p0, p1], 1).unwrap().flatten_all().unwrap().to_vec1().unwrap();
@@ -319,8 +319,8 @@ pub(crate) mod tests {
         let truth = [(0.95, 0.95), (0.7, 0.7), (0.65, 0.7)];
         let (x, y, present, _) = jury(3000, &truth, 2);
         let data = JuryData { n: 3000, k: truth.len(), y: &y, present: &present };
-        let free = train(&x, &data, &cfg(Method::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
-        let reg = train(&x, &data, &cfg(Method::SkillAgg, 1.0, 0), |_, _, _| Ok(())).unwrap();
+        let free = train(&x, &data, &cfg(ModelKind::SkillAgg, 0.0, 0), |_, _, _| Ok(())).unwrap();
+        let reg = train(&x, &data, &cfg(ModelKind::SkillAgg, 1.0, 0), |_, _, _| Ok(())).unwrap();
         let (a, b) = (free.slopes(&x).unwrap()[0], reg.slopes(&x).unwrap()[0]);
         assert!(b < a - 0.05, "slope without {a}, with the regulariser {b}");
     }
@@ -330,12 +330,12 @@ pub(crate) mod tests {
         let truth = [(0.8, 0.7), (0.6, 0.75)];
         let (x, y, present, _) = jury(512, &truth, 3);
         let data = JuryData { n: 512, k: 2, y: &y, present: &present };
-        for method in [Method::SkillAgg, Method::SkillAggX, Method::Crowdlayer, Method::TrainOnMv] {
+        for method in [ModelKind::SkillAgg, ModelKind::SkillAggX, ModelKind::Crowdlayer, ModelKind::TrainOnMv] {
             let c = TrainConfig { epochs: 2, ..cfg(method, 0.5, 7) };
             let m = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
             let (xt, yt, mt) = tensors(&x, &data, method).unwrap();
             let norms = m.grad_norms(&xt, &yt, &mt, 0.5).unwrap();
-            let expect = if method == Method::TrainOnMv { 2 } else { norms.len() };
+            let expect = if method == ModelKind::TrainOnMv { 2 } else { norms.len() };
             assert!(norms.iter().take(expect).all(|&g| g > 0.0), "{method:?}: {norms:?}");
             let again = train(&x, &data, &c, |_, _, _| Ok(())).unwrap();
             let (_, yt2, mt2) = tensors(&x, &data, method).unwrap();

@@ -20,7 +20,7 @@ use crate::embed_cache::{EmbedSetup, embed_cached};
 use crate::finetune::{self, FinetuneConfig, Phase};
 use crate::head::ContextModel;
 use crate::skill::{self, JuryData};
-use crate::{ComputeDevice, ENCODER_REVISION, Method, NeuralError, Recipe, TrainConfig, multiclass, paper};
+use crate::{ComputeDevice, ENCODER_REVISION, ModelKind, NeuralError, Recipe, TrainConfig, multiclass, paper_models};
 
 /// A context-dependent method as a user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,19 +43,19 @@ impl NeuralMethod {
         }
     }
 
-    fn model(self) -> Method {
+    fn model(self) -> ModelKind {
         match self {
-            NeuralMethod::TrainOnMv => Method::TrainOnMv,
-            NeuralMethod::Crowdlayer => Method::Crowdlayer,
-            NeuralMethod::SkillAgg | NeuralMethod::SkillAggNoReg => Method::SkillAgg,
-            NeuralMethod::SkillAggX => Method::SkillAggX,
+            NeuralMethod::TrainOnMv => ModelKind::TrainOnMv,
+            NeuralMethod::Crowdlayer => ModelKind::Crowdlayer,
+            NeuralMethod::SkillAgg | NeuralMethod::SkillAggNoReg => ModelKind::SkillAgg,
+            NeuralMethod::SkillAggX => ModelKind::SkillAggX,
         }
     }
 
     /// Whether the posterior combines the context model with the judges' outputs (Eq. 8),
     /// so the context model's own accuracy is worth reporting beside it.
     fn reads_judges(self) -> bool {
-        !matches!(self.model(), Method::Crowdlayer | Method::TrainOnMv)
+        !matches!(self.model(), ModelKind::Crowdlayer | ModelKind::TrainOnMv)
     }
 
     /// The lambda grid the dev set chooses from (only the regularised methods have one).
@@ -427,12 +427,12 @@ impl<'a> Shared<'a> {
             present[i * k + jj] = true;
         }
         let (yt, mt) = if c == 2 {
-            let (_, yt, mt) = skill::tensors(&x, &JuryData { n, k, y: &y, present: &present }, Method::SkillAgg)?;
+            let (_, yt, mt) = skill::tensors(&x, &JuryData { n, k, y: &y, present: &present }, ModelKind::SkillAgg)?;
             (yt, mt)
         } else {
             multiclass::tensors(
                 &multiclass::MultiData { n, k, c, y: &y, present: &present },
-                Method::SkillAgg,
+                ModelKind::SkillAgg,
                 x.device(),
             )?
         };
@@ -663,7 +663,7 @@ impl Trial<'_> {
     ) -> Result<(), NeuralError> {
         let x = &s.x;
         self.consider(s, best, epoch, head.posterior(x, &s.yt, &s.mt)?, || {
-            let slopes = if self.method.model() == Method::TrainOnMv { Vec::new() } else { head.slopes(x)? };
+            let slopes = if self.method.model() == ModelKind::TrainOnMv { Vec::new() } else { head.slopes(x)? };
             let context = if self.method.reads_judges() { head.prior(x)? } else { Vec::new() };
             Ok((slopes, context))
         })
@@ -674,7 +674,7 @@ fn train_frozen(s: &Shared, trial: &Trial, best: &mut Option<Pick>) -> Result<()
     let cfg = s.config(trial.method, trial.seed, trial.lambda);
     let c = s.j.n_classes();
     if c == 2 && s.opts.recipe == Recipe::Paper {
-        paper::train(&s.x, &s.jury(), &cfg, |epoch, loss, model| {
+        paper_models::train(&s.x, &s.jury(), &cfg, |epoch, loss, model| {
             trial.consider_head(s, best, (epoch, Some(loss)), model)
         })?;
     } else if c == 2 {

@@ -17,8 +17,8 @@ mod triplet;
 pub use eval::{Equality, Evaluation, NoisyEquality, Rouge2, rouge2_f};
 pub use mca::most_common_answer;
 pub use study::{
-    EvalSpec, MeanStd, Method, ModelScore, PerMethod, RBO_P, RankReport, Ranked, ReferenceScore, SimOptions, SimRow,
-    SimStudy, order_by, score_against_reference, simulate_study,
+    EvalSpec, MeanStd, ModelScore, PerMethod, RBO_P, RankMethod, RankReport, Ranked, ReferenceScore, SimOptions,
+    SimRow, SimStudy, order_by, score_against_reference, simulate_study,
 };
 pub use triplet::{FtrConfig, full_triplet_ranking, greedy_triplet_ranking, judge_prefers};
 

@@ -25,7 +25,7 @@ pub const RBO_P: f64 = 0.95;
 /// A ranking method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum Method {
+pub enum RankMethod {
     /// Greedy Triplet Ranking (Algorithm 1).
     Gtr,
     /// Full Triplet Ranking (Algorithm 2).
@@ -34,7 +34,7 @@ pub enum Method {
     Mca,
 }
 
-impl Method {
+impl RankMethod {
     /// The method's name in flags and ranking.json.
     pub fn name(self) -> String {
         clap::ValueEnum::to_possible_value(&self).map(|v| v.get_name().to_owned()).unwrap_or_default()
@@ -42,9 +42,9 @@ impl Method {
 
     pub fn rank(self, r: &Responses, eval: &mut dyn Evaluation, seed: u64) -> Ranking {
         match self {
-            Method::Gtr => greedy_triplet_ranking(r, eval, seed),
-            Method::Ftr => full_triplet_ranking(r, eval, &FtrConfig::default()),
-            Method::Mca => most_common_answer(r, eval),
+            RankMethod::Gtr => greedy_triplet_ranking(r, eval, seed),
+            RankMethod::Ftr => full_triplet_ranking(r, eval, &FtrConfig::default()),
+            RankMethod::Mca => most_common_answer(r, eval),
         }
     }
 }
@@ -256,7 +256,7 @@ pub struct Ranked {
 /// report reads it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankReport {
-    pub method: Method,
+    pub method: RankMethod,
     pub eval: String,
     pub n_models: usize,
     pub n_prompts: usize,
@@ -268,7 +268,7 @@ pub struct RankReport {
 
 impl RankReport {
     pub fn new(
-        method: Method,
+        method: RankMethod,
         eval: &EvalSpec,
         responses: &Responses,
         ranking: &Ranking,
@@ -404,7 +404,7 @@ pub fn simulate_study(options: &SimOptions) -> Result<SimStudy, RankError> {
             }
         }
     }
-    let methods = [Method::Mca, Method::Ftr, Method::Gtr];
+    let methods = [RankMethod::Mca, RankMethod::Ftr, RankMethod::Gtr];
     let mut rows = Vec::new();
     for &best in &options.best {
         for &noise in &options.noise {

@@ -274,7 +274,7 @@ mod study_tests {
             unidentifiable: None,
             excluded_evaluators: Vec::new(),
         };
-        let study = jury_winrate::Study {
+        let study = jury_winrate::WinRateStudy {
             method: "bwrs".into(),
             prior: "in-dist:0.3".into(),
             seed: 0,

@@ -47,7 +47,7 @@ pub(crate) struct MetricsFile {
     /// Absent in files written before the jury's agreement was measured.
     #[serde(default)]
     pub(crate) agreement: Option<AgreementEntry>,
-    pub(crate) judges: Ordered<JudgeEntry>,
+    pub(crate) judges: Ordered<MetricsJudge>,
     pub(crate) methods: Ordered<MethodEntry>,
 }
 
@@ -68,7 +68,7 @@ pub(crate) struct ErrorCorrelationEntry {
 }
 
 #[derive(Debug, Deserialize)]
-pub(crate) struct JudgeEntry {
+pub(crate) struct MetricsJudge {
     pub(crate) accuracy: Option<f64>,
     pub(crate) coverage: f64,
 }
@@ -484,7 +484,7 @@ fn shown_judges(j: &Judgments) -> Vec<usize> {
 }
 
 /// metrics.json's judge entries by name.
-fn judge_entries(metrics: &MetricsFile) -> HashMap<&str, &JudgeEntry> {
+fn judge_entries(metrics: &MetricsFile) -> HashMap<&str, &MetricsJudge> {
     metrics.judges.0.iter().map(|(n, e)| (n.as_str(), e)).collect()
 }
 
@@ -492,7 +492,7 @@ fn judge_rows(
     j: &Judgments,
     shown: &[usize],
     hits: Option<&[(usize, usize)]>,
-    entries: &HashMap<&str, &JudgeEntry>,
+    entries: &HashMap<&str, &MetricsJudge>,
     manifest: &ManifestFile,
 ) -> Result<Vec<JudgeRow>, ReportError> {
     let mut positive = vec![(0.0f64, 0usize); j.n_judges()];
@@ -558,7 +558,7 @@ fn accuracy_chart(
     j: &Judgments,
     shown: &[usize],
     labeled: Option<(&Labels, &[(usize, usize)])>,
-    entries: &HashMap<&str, &JudgeEntry>,
+    entries: &HashMap<&str, &MetricsJudge>,
     metrics: &MetricsFile,
 ) -> Result<Option<String>, ReportError> {
     let Some((l, hits)) = labeled else { return Ok(None) };
@@ -641,7 +641,7 @@ fn confusion_rows(metrics: &MetricsFile, shown: &HashSet<&str>) -> Vec<Confusion
         .collect()
 }
 
-fn slope_plots(metrics: &MetricsFile, entries: &HashMap<&str, &JudgeEntry>) -> Result<Vec<SlopePlot>, ReportError> {
+fn slope_plots(metrics: &MetricsFile, entries: &HashMap<&str, &MetricsJudge>) -> Result<Vec<SlopePlot>, ReportError> {
     let mut out = Vec::new();
     for (name, m) in &metrics.methods.0 {
         let against_accuracy = |values: &mut dyn Iterator<Item = (&String, f64)>| -> Vec<(f64, f64)> {

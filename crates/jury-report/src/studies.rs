@@ -40,7 +40,7 @@ fn f3(x: f64) -> String {
 
 /// The page of a folder holding `jury winrate`'s winrate.json.
 pub(crate) fn winrate(dir: &Path) -> Result<WinratePage, ReportError> {
-    let w: jury_winrate::Study = read(&dir.join(layout::WINRATE))?;
+    let w: jury_winrate::WinRateStudy = read(&dir.join(layout::WINRATE))?;
     let mut facts = vec![
         ("method".to_owned(), w.method.clone()),
         ("prior".to_owned(), w.prior.clone()),

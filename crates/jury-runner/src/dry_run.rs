@@ -103,7 +103,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path) -> Resul
                 "{}: dataset: {} is not on this machine{}",
                 config.display(),
                 exp.dataset.path.display(),
-                if jury_datasets::HubFile::parse(&exp.dataset.path).is_some() {
+                if jury_datasets::HubAddress::parse(&exp.dataset.path).is_some() {
                     " (`jury run` downloads it into the hub cache)"
                 } else {
                     ""

@@ -1,8 +1,8 @@
 //! An aggregation study over one judgments matrix: the methods its options name
 //! (AverageProb, MajorityVote, Dawid-Skene and the context-dependent ones of
 //! jury-neural), scored against labels when there are any, as typed results
-//! ([`Study`]) and the files they become ([`OutputLayout`]: metrics.json,
-//! predictions.csv). `jury aggregate` and the end of `jury run` are this crate.
+//! ([`Study`]) and the files they become (metrics.json and predictions.csv, named in
+//! `jury_io::layout`). `jury aggregate` and the end of `jury run` are this crate.
 //!
 //! Invariants: options are checked without reading any file; a study writes nothing
 //! until every method has run; labels only score (and, for the context-dependent
@@ -19,7 +19,7 @@ pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
 pub use report::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, Named, NeuralMetrics, OutputLayout, OverSeeds,
+    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds,
 };
 pub use study::{MethodRun, NeuralStudy, Study, run};
 

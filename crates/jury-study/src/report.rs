@@ -17,15 +17,6 @@ use crate::{Study, StudyError};
 
 const ECE_BINS: usize = 10;
 
-/// The files a study writes into an output folder.
-pub struct OutputLayout;
-
-impl OutputLayout {
-    pub const METRICS: &'static str = jury_io::layout::METRICS;
-    pub const PREDICTIONS: &'static str = jury_io::layout::PREDICTIONS;
-    pub const FILES: [&'static str; 2] = [Self::METRICS, Self::PREDICTIONS];
-}
-
 /// Entries keyed by judge or method name, in their order (a JSON object).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Named<'a, T>(pub Vec<(&'a str, T)>);
@@ -411,8 +402,8 @@ impl<'a> Study<'a> {
     /// Writes metrics.json and predictions.csv into `dir`, each atomically.
     pub fn write(&self, dir: &Path) -> Result<(), StudyError> {
         let metrics = serde_json::to_string_pretty(&self.metrics())?;
-        write_atomic(&dir.join(OutputLayout::METRICS), metrics.as_bytes())?;
-        write_atomic(&dir.join(OutputLayout::PREDICTIONS), self.predictions_csv().as_bytes())?;
+        write_atomic(&dir.join(jury_io::layout::METRICS), metrics.as_bytes())?;
+        write_atomic(&dir.join(jury_io::layout::PREDICTIONS), self.predictions_csv().as_bytes())?;
         Ok(())
     }
 }

@@ -37,7 +37,7 @@ pub struct Comparison {
 /// How a pair's win rate is estimated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum Method {
+pub enum WinRateMethod {
     /// The evaluators' pooled vote share, uncalibrated.
     Observed,
     /// Bayesian Win-Rate Sampling: each evaluator's rate corrected by its accuracies.
@@ -46,12 +46,12 @@ pub enum Method {
     BayesianDs,
 }
 
-impl Method {
+impl WinRateMethod {
     pub fn name(self) -> &'static str {
         match self {
-            Method::Observed => "observed",
-            Method::Bwrs => "bwrs",
-            Method::BayesianDs => "bayesian-ds",
+            WinRateMethod::Observed => "observed",
+            WinRateMethod::Bwrs => "bwrs",
+            WinRateMethod::BayesianDs => "bayesian-ds",
         }
     }
 }
@@ -114,7 +114,7 @@ pub struct StudyOptions {
     /// How each pair's win rate is estimated.
     #[arg(long, value_enum, default_value = "bayesian-ds")]
     #[serde(default = "default_method")]
-    pub method: Method,
+    pub method: WinRateMethod,
     /// none, in-dist:RATIO (that share of each pair's human labels is revealed to the
     /// estimator) or ood:FILE (human-labeled comparisons of other generator pairs; a pair
     /// also present in FILE is left out of its own prior).
@@ -148,8 +148,8 @@ pub struct StudyOptions {
     pub level: f64,
 }
 
-fn default_method() -> Method {
-    Method::BayesianDs
+fn default_method() -> WinRateMethod {
+    WinRateMethod::BayesianDs
 }
 fn default_prior() -> Prior {
     Prior::None
@@ -167,7 +167,7 @@ fn default_level() -> f64 {
 impl StudyOptions {
     /// Checks the options on their own (no file is read).
     pub fn check(&self) -> Result<(), WinRateError> {
-        if self.method == Method::Bwrs && self.prior == Prior::None {
+        if self.method == WinRateMethod::Bwrs && self.prior == Prior::None {
             return Err(WinRateError::BwrsNeedsPrior);
         }
         self.sampling().check()
@@ -220,7 +220,7 @@ pub struct PairEstimate {
 /// The result of [`study`], and winrate.json's record: `jury winrate` writes it, the
 /// report reads it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Study {
+pub struct WinRateStudy {
     pub method: String,
     pub prior: String,
     pub seed: u64,
@@ -234,7 +234,7 @@ pub struct Study {
 }
 
 /// Progress of one pair's sampler: (pair as "G0 vs G1", sweeps done, sweeps in all).
-pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
+pub type PairProgress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
 /// Estimates every generator pair's win rate in `rows` (pairs in order of first
 /// appearance, those without a single evaluator vote last). `ood` holds the rows of the
@@ -243,8 +243,8 @@ pub fn study(
     rows: &[Comparison],
     ood: Option<&[Comparison]>,
     options: &StudyOptions,
-    progress: Progress<'_>,
-) -> Result<Study, WinRateError> {
+    progress: PairProgress<'_>,
+) -> Result<WinRateStudy, WinRateError> {
     options.check()?;
     let human = options.human();
     let rows = options.keep(rows);
@@ -290,7 +290,7 @@ pub fn study(
         excluded_evaluators: vec![],
     }));
     let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    Ok(Study {
+    Ok(WinRateStudy {
         method: options.method.name().to_owned(),
         prior: options.prior.to_string(),
         seed: options.seed,
@@ -308,7 +308,7 @@ fn estimate_pair(
     ood: Option<&[Pair]>,
     options: &StudyOptions,
     cfg: &SamplingConfig,
-    progress: Progress<'_>,
+    progress: PairProgress<'_>,
 ) -> Result<PairEstimate, WinRateError> {
     let human_rate = rate(&pair.human);
     let obs = observed(&pair.votes, cfg)?;
@@ -319,15 +319,15 @@ fn estimate_pair(
     let ood_counts = ood.map(|o| ood_confusion(o, pair));
     let label = format!("{} vs {}", pair.g0, pair.g1);
     let outcome = match options.method {
-        Method::Observed => Outcome::Estimate(obs.clone()),
-        Method::Bwrs => {
+        WinRateMethod::Observed => Outcome::Estimate(obs.clone()),
+        WinRateMethod::Bwrs => {
             let acc = match &ood_counts {
                 Some(c) => c.clone(),
                 None => pair.votes.confusion(&revealed)?,
             };
             bwrs(&pair.votes, &acc, cfg)?
         }
-        Method::BayesianDs => {
+        WinRateMethod::BayesianDs => {
             let priors: Vec<AccuracyPrior> = match &ood_counts {
                 Some(c) => c
                     .iter()
@@ -490,7 +490,7 @@ mod tests {
         }
     }
 
-    fn options(method: Method, prior: Prior) -> StudyOptions {
+    fn options(method: WinRateMethod, prior: Prior) -> StudyOptions {
         StudyOptions { method, prior, human: None, evaluators: None, seed: 3, draws: 200, burn_in: 50, level: 0.9 }
     }
 
@@ -505,7 +505,7 @@ mod tests {
             row("3", ("a", "b"), "e1", Some(false)),
             row("3", ("a", "b"), "human", Some(false)),
         ];
-        let s = study(&rows, None, &options(Method::Observed, Prior::None), &mut |_, _, _| {}).unwrap();
+        let s = study(&rows, None, &options(WinRateMethod::Observed, Prior::None), &mut |_, _, _| {}).unwrap();
         assert_eq!(s.n_pairs, 2);
         assert_eq!((s.pairs[0].generator_0.as_str(), s.pairs[0].n_comparisons), ("a", 2));
         assert_eq!(s.pairs[0].human_win_rate, Some(0.5));
@@ -525,7 +525,7 @@ mod tests {
             rows.push(row(&id, ("a", "b"), "e1", Some(i % 3 == 0)));
             rows.push(row(&id, ("a", "b"), "human", Some(i % 2 == 0)));
         }
-        let o = options(Method::Bwrs, Prior::InDist(0.3));
+        let o = options(WinRateMethod::Bwrs, Prior::InDist(0.3));
         let s = study(&rows, None, &o, &mut |_, _, _| {}).unwrap();
         assert_eq!(s.pairs[0].n_revealed_labels, 3);
         assert_eq!(study(&rows, None, &o, &mut |_, _, _| {}).unwrap(), s);
@@ -533,16 +533,16 @@ mod tests {
 
     #[test]
     fn options_are_checked_before_any_row_is_read() {
-        assert_eq!(options(Method::Bwrs, Prior::None).check(), Err(WinRateError::BwrsNeedsPrior));
+        assert_eq!(options(WinRateMethod::Bwrs, Prior::None).check(), Err(WinRateError::BwrsNeedsPrior));
         assert!("in-dist:0".parse::<Prior>().is_err());
         assert!("in-dist:x".parse::<Prior>().is_err());
         assert_eq!("ood:f.csv".parse::<Prior>(), Ok(Prior::Ood("f.csv".into())));
         let rows = vec![row("1", ("a", "b"), "e1", Some(true))];
-        let mut o = options(Method::Observed, Prior::None);
+        let mut o = options(WinRateMethod::Observed, Prior::None);
         o.human = Some("people".into());
         let e = study(&rows, None, &o, &mut |_, _, _| {}).unwrap_err();
         assert_eq!(e.to_string(), "--human `people`: no rows of that evaluator (evaluators there: e1)");
-        let ood = options(Method::BayesianDs, Prior::Ood("x.csv".into()));
+        let ood = options(WinRateMethod::BayesianDs, Prior::Ood("x.csv".into()));
         assert_eq!(study(&rows, None, &ood, &mut |_, _, _| {}).unwrap_err(), WinRateError::NoOodRows);
     }
 }

@@ -24,7 +24,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
-use crate::config::{Method, TrainConfig};
+use crate::config::{ModelKind, TrainConfig};
 use crate::head::{self, Head};
 use crate::skill::{JuryData, tensors};
 
@@ -47,7 +47,7 @@ pub struct PaperModel {
     head: Head,
     judges: Judges,
     k: usize,
-    method: Method,
+    method: ModelKind,
     dropout: f64,
 }
 
@@ -55,8 +55,8 @@ impl PaperModel {
     pub fn new(h: usize, k: usize, cfg: &TrainConfig, rng: &mut ChaCha8Rng, dev: &Device) -> Result<Self, NeuralError> {
         let head = Head::new(h, 2, cfg.hidden, rng, dev)?;
         let judges = match cfg.method {
-            Method::TrainOnMv => Judges::None,
-            Method::Crowdlayer => {
+            ModelKind::TrainOnMv => Judges::None,
+            ModelKind::Crowdlayer => {
                 let mut eye = vec![0f32; 4 * k];
                 for j in 0..k {
                     eye[2 * j] = 1.0;
@@ -64,9 +64,9 @@ impl PaperModel {
                 }
                 Judges::Confusion(Var::from_tensor(&Tensor::from_vec(eye, (2, 2 * k), dev)?)?)
             }
-            Method::SkillAgg | Method::SkillAggX => {
+            ModelKind::SkillAgg | ModelKind::SkillAggX => {
                 let w = Var::from_tensor(&Tensor::from_vec(start_weights(cfg, k)?, (2, k), dev)?)?;
-                let context = if cfg.method == Method::SkillAggX {
+                let context = if cfg.method == ModelKind::SkillAggX {
                     let weight = head::init(rng, (h, 2 * k), (1.0 / h as f64).sqrt(), dev)?;
                     Some((weight, Var::from_tensor(&Tensor::zeros((1, 2 * k), DType::F32, dev)?)?))
                 } else {
@@ -155,7 +155,7 @@ impl PaperModel {
     ) -> Result<Tensor, NeuralError> {
         let s = self.head.forward(&head::dropout(x, self.dropout, rng)?)?;
         let eps = 1e-6;
-        if self.method == Method::TrainOnMv {
+        if self.method == ModelKind::TrainOnMv {
             let (s0, s1) = (s.narrow(1, 0, 1)?, s.narrow(1, 1, 1)?);
             let ce = (y.mul(&(s1 + eps)?.log()?)? + (1.0 - y)?.mul(&(s0 + eps)?.log()?)?)?.neg()?;
             return Ok(ce.mean_all()?);
@@ -190,7 +190,7 @@ impl PaperModel {
     /// binary verdicts with P(b=1|c) = w_c (-X: its per-context skills), as the
     /// authors' `predict --aggregation hardEM`; Crowdlayer and Train-on-MV: s1.
     pub fn posterior(&self, x: &Tensor, y: &Tensor, mask: &Tensor) -> Result<Vec<f32>, NeuralError> {
-        if matches!(self.method, Method::Crowdlayer | Method::TrainOnMv) {
+        if matches!(self.method, ModelKind::Crowdlayer | ModelKind::TrainOnMv) {
             return self.prior(x);
         }
         let s = self.bottleneck(x)?;
@@ -249,7 +249,7 @@ mod tests {
     use super::*;
     use crate::skill::tests::jury;
 
-    fn cfg(method: Method) -> TrainConfig {
+    fn cfg(method: ModelKind) -> TrainConfig {
         let recipe = crate::Recipe::Paper;
         TrainConfig {
             recipe,
@@ -278,11 +278,11 @@ mod tests {
     fn skills_start_as_raw_weights_at_the_authors_values() {
         let x = Tensor::zeros((3, 4), DType::F32, &Device::Cpu).unwrap();
         let mut rng = head::rng(0);
-        let m = PaperModel::new(4, 2, &cfg(Method::SkillAgg), &mut rng, &Device::Cpu).unwrap();
+        let m = PaperModel::new(4, 2, &cfg(ModelKind::SkillAgg), &mut rng, &Device::Cpu).unwrap();
         let (w0, w1) = m.skills(&x).unwrap();
         assert_eq!((row(&w0), row(&w1)), (vec![0.3f32; 2], vec![0.7f32; 2]));
         assert!(m.slopes(&x).unwrap().iter().all(|s| (s - 0.4).abs() < 1e-6));
-        let ds = TrainConfig { judge_skills: Some(vec![(0.9, 0.6), (1.0, 0.2)]), ..cfg(Method::SkillAgg) };
+        let ds = TrainConfig { judge_skills: Some(vec![(0.9, 0.6), (1.0, 0.2)]), ..cfg(ModelKind::SkillAgg) };
         let m = PaperModel::new(4, 2, &ds, &mut rng, &Device::Cpu).unwrap();
         let (w0, w1) = m.skills(&x).unwrap();
         let close = |a: Vec<f32>, b: [f32; 2]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-6);
@@ -294,7 +294,7 @@ mod tests {
     #[test]
     fn predicted_outputs_are_clamped() {
         let mut rng = head::rng(0);
-        let m = PaperModel::new(2, 1, &cfg(Method::SkillAgg), &mut rng, &Device::Cpu).unwrap();
+        let m = PaperModel::new(2, 1, &cfg(ModelKind::SkillAgg), &mut rng, &Device::Cpu).unwrap();
         let Judges::Skills { w, .. } = &m.judges else { panic!() };
         w.set(&Tensor::new(&[[-3f32], [5.0]], &Device::Cpu).unwrap()).unwrap();
         let s = Tensor::new(&[[0f32, 1.0], [1.0, 0.0]], &Device::Cpu).unwrap();
@@ -307,7 +307,7 @@ mod tests {
     #[test]
     fn no_gradient_reaches_the_context_from_the_x_skills() {
         let mut rng = head::rng(0);
-        let m = PaperModel::new(4, 3, &cfg(Method::SkillAggX), &mut rng, &Device::Cpu).unwrap();
+        let m = PaperModel::new(4, 3, &cfg(ModelKind::SkillAggX), &mut rng, &Device::Cpu).unwrap();
         let x = Var::from_tensor(&Tensor::ones((5, 4), DType::F32, &Device::Cpu).unwrap()).unwrap();
         let (c0, c1) = m.context_skills(x.as_tensor()).unwrap().unwrap();
         let grads = (c0.sum_all().unwrap() + c1.sum_all().unwrap()).unwrap().backward().unwrap();
@@ -326,7 +326,7 @@ mod tests {
         let truth = [(0.9, 0.8), (0.7, 0.65), (0.6, 0.9)];
         let (x, y, present, labels) = jury(2000, &truth, 1);
         let data = JuryData { n: 2000, k: 3, y: &y, present: &present };
-        let m = train(&x, &data, &TrainConfig { epochs: 6, ..cfg(Method::SkillAggX) }, |_, _, _| Ok(())).unwrap();
+        let m = train(&x, &data, &TrainConfig { epochs: 6, ..cfg(ModelKind::SkillAggX) }, |_, _, _| Ok(())).unwrap();
         let Judges::Skills { w, .. } = &m.judges else { panic!() };
         let task: Vec<Vec<f32>> = w.as_tensor().to_vec2().unwrap();
         let (c0, c1) = m.context_skills(&x).unwrap().unwrap();
@@ -335,7 +335,7 @@ mod tests {
         for j in 0..3 {
             assert!((c0[j] - task[0][j]).abs() < 0.05 && (c1[j] - task[1][j]).abs() < 0.05, "{c0:?} {c1:?} {task:?}");
         }
-        let (_, yt, mt) = tensors(&x, &data, Method::SkillAggX).unwrap();
+        let (_, yt, mt) = tensors(&x, &data, ModelKind::SkillAggX).unwrap();
         let post = m.posterior(&x, &yt, &mt).unwrap();
         let acc = post.iter().zip(&labels).filter(|(p, l)| usize::from(**p > 0.5) == **l).count() as f64 / 2000.0;
         assert!(acc > 0.95, "accuracy {acc}");
@@ -346,7 +346,7 @@ mod tests {
     #[test]
     fn crowdlayer_starts_at_the_identity_and_reads_s() {
         let mut rng = head::rng(0);
-        let m = PaperModel::new(4, 2, &cfg(Method::Crowdlayer), &mut rng, &Device::Cpu).unwrap();
+        let m = PaperModel::new(4, 2, &cfg(ModelKind::Crowdlayer), &mut rng, &Device::Cpu).unwrap();
         let x = Tensor::ones((2, 4), DType::F32, &Device::Cpu).unwrap();
         let (w0, w1) = m.skills(&x).unwrap();
         let e = std::f32::consts::E;
@@ -362,9 +362,9 @@ mod tests {
     fn dropout_is_seeded() {
         let (x, y, present, _) = jury(64, &[(0.8, 0.8)], 2);
         let data = JuryData { n: 64, k: 1, y: &y, present: &present };
-        let (x, yt, mt) = tensors(&x, &data, Method::SkillAgg).unwrap();
+        let (x, yt, mt) = tensors(&x, &data, ModelKind::SkillAgg).unwrap();
         let mut rng = head::rng(0);
-        let m = PaperModel::new(6, 1, &cfg(Method::SkillAgg), &mut rng, &Device::Cpu).unwrap();
+        let m = PaperModel::new(6, 1, &cfg(ModelKind::SkillAgg), &mut rng, &Device::Cpu).unwrap();
         let loss = |seed: u64| m.loss(&x, &yt, &mt, 0.1, &mut head::rng(seed)).unwrap().to_scalar::<f32>().unwrap();
         assert_eq!(loss(1), loss(1));
         assert_ne!(loss(1), loss(2));

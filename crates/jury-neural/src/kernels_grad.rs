@@ -4,7 +4,7 @@
 //! and its linear layer adds the bias in a pass of its own. Fine-tuning spent three
 //! quarters of its time there, a quarter in the matrix products.
 //!
-//! Invariants: every forward here computes what `fast`'s counterpart (and the plain
+//! Invariants: every forward here computes what `kernels`' counterpart (and the plain
 //! candle expression beside it) computes, and every backward is the exact derivative of
 //! that forward (tests compare them with candle's autograd of the plain expression). The
 //! functions fall back to the plain candle expression on other devices and dtypes, so
@@ -14,7 +14,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, D, DType, Layout,
 use candle_nn::Linear;
 use rayon::prelude::*;
 
-use crate::fast::{self, exp, fast_path, lanes, slice};
+use crate::kernels::{self, exp, fast_path, lanes, slice};
 
 /// Elements per parallel chunk of an elementwise kernel.
 const CHUNK: usize = 16_384;
@@ -43,7 +43,7 @@ impl CustomOp3 for LinearD {
         bs: &CpuStorage,
         bl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        fast::FusedLinear.cpu_fwd(xs, xl, ws, wl, bs, bl)
+        kernels::FusedLinear.cpu_fwd(xs, xl, ws, wl, bs, bl)
     }
 
     fn bwd(
@@ -86,7 +86,7 @@ impl CustomOp2 for MaskedSoftmaxD {
     }
 
     fn cpu_fwd(&self, ss: &CpuStorage, sl: &Layout, ms: &CpuStorage, ml: &Layout) -> Result<(CpuStorage, Shape)> {
-        fast::MaskedSoftmax(self.0).cpu_fwd(ss, sl, ms, ml)
+        kernels::MaskedSoftmax(self.0).cpu_fwd(ss, sl, ms, ml)
     }
 
     fn bwd(
@@ -263,7 +263,7 @@ impl CustomOp1 for GeluErfD {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        fast::GeluErf.cpu_fwd(storage, layout)
+        kernels::GeluErf.cpu_fwd(storage, layout)
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
@@ -289,7 +289,7 @@ impl CustomOp2 for GeluGrad {
         let mut out = vec![0f32; x.len()];
         out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK).zip(g.par_chunks(CHUNK))).for_each(|(o, (x, g))| {
             for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
-                let cdf = 0.5 * (1.0 + fast::erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                let cdf = 0.5 * (1.0 + kernels::erf(x * std::f32::consts::FRAC_1_SQRT_2));
                 let pdf = INV_SQRT_2PI * exp(-0.5 * x * x);
                 *o = g * (cdf + x * pdf);
             }

@@ -4,7 +4,7 @@
 //!
 //! Invariants: every function here computes what the plain candle expression beside it
 //! computes (tests compare them); none has a backward pass, so callers use them only when
-//! nothing trains through the encoder (`fast_grad` wraps them with backward passes for
+//! nothing trains through the encoder (`kernels_grad` wraps them with backward passes for
 //! fine-tuning), and fall back to candle's ops for other devices,
 //! dtypes or layouts.
 
