@@ -138,7 +138,7 @@ impl Fit {
     fn skill(&self) -> Vec<f64> {
         match self {
             Fit::DawidSkene(params) => expected_accuracy(params),
-            Fit::Gauss(params) => params.separation(),
+            Fit::Gauss(params) => params.separation().into_iter().map(|s| s.unwrap_or(f64::NEG_INFINITY)).collect(),
         }
     }
 }
@@ -267,6 +267,9 @@ pub struct AdaptivePlan {
     phase: Vec<Phase>,
     chunks: Vec<Vec<usize>>,
     fits: Vec<Fit>,
+    /// The warm-up's fit, made to order the judges, kept for the first chunk (the
+    /// judgments it was fitted on are the same).
+    warm_fit: Option<Fit>,
     /// Per example, the answers so far: (judge, class probabilities).
     answers: Vec<Vec<(usize, Vec<f64>)>>,
     decisions: Vec<AdaptiveDecision>,
@@ -322,6 +325,7 @@ impl AdaptivePlan {
             phase,
             chunks: rest.chunks(chunk).map(<[usize]>::to_vec).collect(),
             fits: Vec::new(),
+            warm_fit: None,
             answers: vec![Vec::new(); n_examples],
             decisions: vec![
                 AdaptiveDecision { asked: Vec::new(), answered: 0, stop: None, confidence: None };
@@ -348,7 +352,11 @@ impl AdaptivePlan {
         } else {
             let starting = self.rounds - 1;
             if starting < self.chunks.len() && !self.order.is_empty() {
-                self.fits.push(self.fit()?);
+                let fit = match self.warm_fit.take() {
+                    Some(fit) => fit,
+                    None => self.fit()?,
+                };
+                self.fits.push(fit);
                 for &e in &self.chunks[starting] {
                     self.phase[e] = Phase::Open { chunk: starting, round: self.rounds };
                 }
@@ -433,7 +441,9 @@ impl AdaptivePlan {
             }
         }
         if self.rounds == 0 {
-            self.order = self.judge_order()?;
+            let (order, warm_fit) = self.judge_order()?;
+            self.order = order;
+            self.warm_fit = warm_fit;
         }
         self.rounds += 1;
         Ok(())
@@ -486,16 +496,18 @@ impl AdaptivePlan {
         }
     }
 
-    fn judge_order(&self) -> Result<Vec<usize>, AggregateError> {
+    /// The judges' order, and the fit it was read from (`None` for a given order).
+    fn judge_order(&self) -> Result<(Vec<usize>, Option<Fit>), AggregateError> {
         match &self.order_rule {
-            JudgeOrder::Given(order) => Ok(order.clone()),
+            JudgeOrder::Given(order) => Ok((order.clone(), None)),
             JudgeOrder::ByCost(costs) => {
-                let skill = self.fit()?.skill();
+                let fit = self.fit()?;
+                let skill = fit.skill();
                 let mut order: Vec<usize> = (0..self.judge_names.len()).collect();
                 order.sort_by(|&a, &b| {
                     costs[a].total_cmp(&costs[b]).then(skill[b].total_cmp(&skill[a])).then(a.cmp(&b))
                 });
-                Ok(order)
+                Ok((order, Some(fit)))
             }
         }
     }

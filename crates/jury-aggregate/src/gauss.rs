@@ -203,15 +203,12 @@ impl GaussParams {
         ties.label_all(&values, 2).0
     }
 
-    /// Each judge's separation of the classes, as [`CorrelatedGaussian`]'s skills.
-    pub fn separation(&self) -> Vec<f64> {
+    /// Each judge's separation of the classes, as [`CorrelatedGaussian`]'s skills
+    /// (`None` for a judge that never varies).
+    pub fn separation(&self) -> Vec<Option<f64>> {
         let m = self.mean[0].len();
-        (0..m)
-            .map(|k| {
-                let pooled = self.prior[0] * self.cov[0][k * m + k] + self.prior[1] * self.cov[1][k * m + k];
-                (self.mean[1][k] - self.mean[0][k]) / pooled.max(f64::MIN_POSITIVE).sqrt()
-            })
-            .collect()
+        let var: [Vec<f64>; 2] = std::array::from_fn(|c| (0..m).map(|k| self.cov[c][k * m + k]).collect());
+        separation(&self.prior, &self.mean, &var)
     }
 }
 
@@ -234,7 +231,11 @@ impl Aggregator for CorrelatedGaussian {
         let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
         let (model, t) = self.em(j, &x)?;
         let judged = crate::judged_judges(j);
-        let skills = separation(&model).into_iter().zip(judged).map(|(s, judged)| s.filter(|_| judged)).collect();
+        let skills = separation(&model.prior, &model.mean, &model.var)
+            .into_iter()
+            .zip(judged)
+            .map(|(s, judged)| s.filter(|_| judged))
+            .collect();
         let mut report = SkillReport::new(
             "separation of the judge's log-odds between the classes, in within-class standard deviations",
             skills,
@@ -556,12 +557,12 @@ fn posteriors(j: &Judgments, x: &[f64], t: &[f64], model: &Model) -> Vec<f64> {
         .collect()
 }
 
-/// `(mean_1 - mean_0) / pooled sd` per judge.
-fn separation(model: &Model) -> Vec<Option<f64>> {
-    (0..model.mean[0].len())
+/// `(mean_1 - mean_0) / pooled sd` per judge, from each class's variances.
+fn separation(prior: &[f64; 2], mean: &[Vec<f64>; 2], var: &[Vec<f64>; 2]) -> Vec<Option<f64>> {
+    (0..mean[0].len())
         .map(|k| {
-            let pooled = model.prior[0] * model.var[0][k] + model.prior[1] * model.var[1][k];
-            (pooled > 0.0).then(|| (model.mean[1][k] - model.mean[0][k]) / pooled.sqrt())
+            let pooled = prior[0] * var[0][k] + prior[1] * var[1][k];
+            (pooled > 0.0).then(|| (mean[1][k] - mean[0][k]) / pooled.sqrt())
         })
         .collect()
 }

@@ -2,40 +2,13 @@
 //! the template lays out. Numbers shown for methods and judges are metrics.json's.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
-use std::marker::PhantomData;
 use std::path::Path;
 
 use jury_core::{Judgments, Labels};
-use jury_io::layout;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use jury_io::{Named, layout};
 use serde::{Deserialize, Serialize};
 
 use crate::{Inputs, ReportError, plots};
-
-/// Entries of a JSON object in file order.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Ordered<T>(pub(crate) Vec<(String, T)>);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Ordered<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = Ordered<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-                let mut v = Vec::new();
-                while let Some(e) = m.next_entry()? {
-                    v.push(e);
-                }
-                Ok(Ordered(v))
-            }
-        }
-        d.deserialize_map(V(PhantomData))
-    }
-}
 
 /// The parts of metrics.json the page reads.
 #[derive(Debug, Deserialize)]
@@ -47,8 +20,8 @@ pub(crate) struct MetricsFile {
     /// Absent in files written before the jury's agreement was measured.
     #[serde(default)]
     pub(crate) agreement: Option<AgreementEntry>,
-    pub(crate) judges: Ordered<MetricsJudge>,
-    pub(crate) methods: Ordered<MethodEntry>,
+    pub(crate) judges: Named<MetricsJudge>,
+    pub(crate) methods: Named<MethodEntry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,14 +62,14 @@ pub(crate) struct MethodEntry {
     #[serde(default)]
     pub(crate) ties: Option<usize>,
     #[serde(default)]
-    pub(crate) confusion: Option<Ordered<Vec<Vec<f64>>>>,
+    pub(crate) confusion: Option<Named<Vec<Vec<f64>>>>,
     #[serde(default)]
-    pub(crate) slopes: Option<Ordered<f64>>,
+    pub(crate) slopes: Option<Named<f64>>,
     #[serde(default)]
     pub(crate) slope_accuracy_pcc: Option<f64>,
     /// One skill per judge (the crowd-sourcing methods) and what it measures.
     #[serde(default)]
-    pub(crate) skills: Option<Ordered<Option<f64>>>,
+    pub(crate) skills: Option<Named<Option<f64>>>,
     #[serde(default)]
     pub(crate) skill: Option<String>,
     /// Per-seed accuracies (context-dependent methods only).
