@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
-use jury_runner::{Manifest, OutputLayout};
+use jury_runner::OutputLayout;
 
 use jury_study::{AggregateOptions, Settings};
 
@@ -105,7 +105,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         println!("share of exact verdicts (every verdict token observed): {exact:?}");
     }
     let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
-    Manifest::new(&exp, &run, dequantized, started.elapsed().as_secs_f64()).write(&layout)?;
+    jury_runner::write_manifest(&layout, &jury_runner::manifest(&exp, &run, dequantized, started.elapsed().as_secs_f64()))?;
     // The page shows the hardest examples with their fields, as jury-v1's contexts join them.
     let texts: std::collections::HashMap<String, String> =
         run.examples.original.iter().map(|e| (e.id.clone(), jury_datasets::ContextStyle::Fields.text(e))).collect();

@@ -6,11 +6,13 @@
 //! types is proof that its invariants hold (probabilities finite and in [0, 1], vectors
 //! summing to one, no duplicate (example, judge) pair, labels inside the class range).
 
+mod comparison;
 mod judgments;
 mod labels;
 mod posteriors;
 mod prob;
 
+pub use comparison::Comparison;
 pub use judgments::{Judgments, JudgmentsBuilder};
 pub use labels::Labels;
 pub use posteriors::Posteriors;

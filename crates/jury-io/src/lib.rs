@@ -8,6 +8,8 @@
 
 mod csv;
 pub mod layout;
+mod manifest;
+mod metrics;
 mod output;
 mod pairwise;
 mod predictions;
@@ -15,6 +17,14 @@ mod records;
 mod table;
 mod write;
 
+pub use manifest::{
+    Manifest, ManifestAdaptive, ManifestDataset, ManifestJudge, ManifestServer, ManifestTemplate, PoolStats,
+    ServerStats, VerdictTokenIds,
+};
+pub use metrics::{
+    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics, MethodMetrics,
+    Metrics, NeuralMetrics, OverSeeds,
+};
 pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use jury_winrate::Comparison;
+use jury_core::Comparison;
 
 use crate::IoError;
 use crate::table::Table;

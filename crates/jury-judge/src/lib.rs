@@ -32,7 +32,7 @@ pub use judge::{
     EXTRACTION_RULE, Judge, JudgeConfig, JudgeDevice, ModelSource, Verdict, gguf_problem, local_model_dir,
     verdict_from_logits,
 };
-pub use pool::{ApiKey, PoolConfig, PoolStats, ServerStats, display_url, parse_base_url, without_password};
+pub use pool::{ApiKey, PoolConfig, display_url, parse_base_url, without_password};
 pub use server::{
     ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode, check_budget_with_tokenizer, prompt_lengths,
 };

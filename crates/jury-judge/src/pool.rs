@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use jury_io::{PoolStats, ServerStats};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Dispatch settings of one judge.
@@ -247,24 +248,6 @@ struct Server {
     errors: AtomicU64,
     rejected: AtomicU64,
     set_aside: AtomicU64,
-}
-
-/// Counters of one server, for the progress line and the manifest.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct ServerStats {
-    pub url: String,
-    pub ok: u64,
-    pub errors: u64,
-    pub rejected: u64,
-    pub times_set_aside: u64,
-    pub down: bool,
-}
-
-/// What the pool did, for the progress line and the manifest.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct PoolStats {
-    pub retried: u64,
-    pub servers: Vec<ServerStats>,
 }
 
 enum Outcome {

@@ -39,11 +39,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use jury_io::PoolStats;
 use serde_json::json;
 
 use crate::chat::{ChatTokenizer, ChatTokenizerError};
 use crate::logprobs::{VariantSet, candidates_at, settle_rounding, verdict_from_candidates};
-use crate::pool::{ApiKey, Pool, PoolConfig, PoolError, PoolStats};
+use crate::pool::{ApiKey, Pool, PoolConfig, PoolError};
 use crate::render::{MAX_CUTS, cut_longest, too_long};
 use crate::{JudgeError, Template, Verdict};
 

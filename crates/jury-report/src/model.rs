@@ -5,148 +5,34 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use jury_core::{Judgments, Labels};
-use jury_io::{Named, layout};
+use jury_io::{DiagnosticMetrics, JudgeMetrics, Manifest, ManifestAdaptive, Metrics, layout};
 use serde::{Deserialize, Serialize};
 
 use crate::{Inputs, ReportError, plots};
 
-/// The parts of metrics.json the page reads.
-#[derive(Debug, Deserialize)]
-pub(crate) struct MetricsFile {
-    pub(crate) n_examples: usize,
-    pub(crate) n_judges: usize,
-    pub(crate) n_classes: usize,
-    pub(crate) n_labeled: Option<usize>,
-    /// Absent in files written before the jury's agreement was measured.
-    #[serde(default)]
-    pub(crate) agreement: Option<AgreementEntry>,
-    pub(crate) judges: Named<MetricsJudge>,
-    pub(crate) methods: Named<MethodEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct AgreementEntry {
-    pub(crate) fleiss_kappa: Option<f64>,
-    pub(crate) krippendorff_alpha: Option<f64>,
-    /// Absent in older files and for very large juries.
-    #[serde(default)]
-    pub(crate) error_correlation: Option<ErrorCorrelationEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct ErrorCorrelationEntry {
-    pub(crate) method: String,
-    pub(crate) families: Vec<Vec<String>>,
-    pub(crate) family_threshold: f64,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct MetricsJudge {
-    pub(crate) accuracy: Option<f64>,
-    pub(crate) coverage: f64,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct MethodEntry {
-    pub(crate) accuracy: Option<f64>,
-    #[serde(default)]
-    pub(crate) std: Option<f64>,
-    #[serde(default)]
-    pub(crate) brier: Option<f64>,
-    #[serde(default)]
-    pub(crate) ece: Option<f64>,
-    #[serde(default)]
-    pub(crate) iterations: Option<usize>,
-    #[serde(default)]
-    pub(crate) converged: Option<bool>,
-    #[serde(default)]
-    pub(crate) ties: Option<usize>,
-    #[serde(default)]
-    pub(crate) confusion: Option<Named<Vec<Vec<f64>>>>,
-    #[serde(default)]
-    pub(crate) slopes: Option<Named<f64>>,
-    #[serde(default)]
-    pub(crate) slope_accuracy_pcc: Option<f64>,
-    /// One skill per judge (the crowd-sourcing methods) and what it measures.
-    #[serde(default)]
-    pub(crate) skills: Option<Named<Option<f64>>>,
-    #[serde(default)]
-    pub(crate) skill: Option<String>,
-    /// Per-seed accuracies (context-dependent methods only).
-    #[serde(default)]
-    pub(crate) seeds: Option<Vec<f64>>,
-}
-
-/// The parts of a `jury run`'s manifest.json the header shows.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct ManifestFile {
-    #[serde(default)]
-    pub(crate) experiment: Option<String>,
-    #[serde(default)]
-    pub(crate) total_seconds: Option<f64>,
-    #[serde(default)]
-    pub(crate) dataset: Option<DatasetEntry>,
-    #[serde(default)]
-    pub(crate) judges: Vec<ManifestJudge>,
-    /// Each judge's mean P(positive) + P(negative): how much of the next-token
-    /// distribution the verdict tokens took.
-    #[serde(default)]
-    pub(crate) mean_captured_mass: HashMap<String, f64>,
-    /// An adaptive run's calls.
-    #[serde(default)]
-    pub(crate) adaptive: Option<AdaptiveEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct AdaptiveEntry {
-    pub(crate) target: f64,
-    pub(crate) order: Vec<String>,
-    pub(crate) calls: usize,
-    pub(crate) full_calls: usize,
-    pub(crate) calls_saved: f64,
-    pub(crate) calls_per_judge: std::collections::BTreeMap<String, usize>,
-    pub(crate) stops: std::collections::BTreeMap<String, usize>,
-}
-
-impl AdaptiveEntry {
-    /// The header's lines: calls made and saved, the order with each judge's calls, and
-    /// why the examples stopped.
-    fn facts(&self) -> Vec<(String, String)> {
-        let order: Vec<String> = self
-            .order
-            .iter()
-            .map(|name| format!("{name} ({})", self.calls_per_judge.get(name).copied().unwrap_or(0)))
-            .collect();
-        let stops: Vec<String> = self.stops.iter().map(|(why, n)| format!("{why} {n}")).collect();
-        vec![
-            (
-                "adaptive judge calls".to_owned(),
-                format!(
-                    "{} of the full jury's {} ({:.1}% saved), target {}",
-                    self.calls,
-                    self.full_calls,
-                    100.0 * self.calls_saved,
-                    self.target
-                ),
+/// The header's lines for an adaptive run: calls made and saved, the order with each
+/// judge's calls, and why the examples stopped.
+fn adaptive_facts(a: &ManifestAdaptive) -> Vec<(String, String)> {
+    let order: Vec<String> = a
+        .order
+        .iter()
+        .map(|name| format!("{name} ({})", a.calls_per_judge.get(name).copied().unwrap_or(0)))
+        .collect();
+    let stops: Vec<String> = a.stops.iter().map(|(why, n)| format!("{why} {n}")).collect();
+    vec![
+        (
+            "adaptive judge calls".to_owned(),
+            format!(
+                "{} of the full jury's {} ({:.1}% saved), target {}",
+                a.calls,
+                a.full_calls,
+                100.0 * a.calls_saved,
+                a.target
             ),
-            ("adaptive order (calls)".to_owned(), order.join(", ")),
-            ("adaptive stops".to_owned(), stops.join(", ")),
-        ]
-    }
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct ManifestJudge {
-    pub(crate) name: String,
-    /// Share of verdicts whose every verdict token was observed (server judges reading
-    /// top-k log-probabilities may not).
-    #[serde(default)]
-    pub(crate) exact_share: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct DatasetEntry {
-    pub(crate) name: String,
+        ),
+        ("adaptive order (calls)".to_owned(), order.join(", ")),
+        ("adaptive stops".to_owned(), stops.join(", ")),
+    ]
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
@@ -298,12 +184,9 @@ fn f4(x: f64) -> String {
 /// Builds the page of the run whose files are in `inputs.out_dir`.
 pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let dir = inputs.out_dir;
-    let metrics: MetricsFile = read_json(&dir.join(layout::METRICS))?;
-    let manifest: ManifestFile = if dir.join(layout::MANIFEST).is_file() {
-        read_json(&dir.join(layout::MANIFEST))?
-    } else {
-        ManifestFile::default()
-    };
+    let metrics: Metrics = read_json(&dir.join(layout::METRICS))?;
+    let manifest: Option<Manifest> =
+        if dir.join(layout::MANIFEST).is_file() { Some(read_json(&dir.join(layout::MANIFEST))?) } else { None };
     let (j, labels) = (inputs.judgments, inputs.labels);
     // Only the views that score read the posteriors back: unlabeled runs skip the file.
     let predictions = match labels {
@@ -319,7 +202,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             j.n_judges()
         )));
     }
-    let title = manifest.experiment.clone().unwrap_or_else(|| "jury aggregation".to_owned());
+    let title = manifest.as_ref().map_or_else(|| "jury aggregation".to_owned(), |m| m.experiment.clone());
     let mut facts = vec![
         ("examples".to_owned(), metrics.n_examples.to_string()),
         ("judges".to_owned(), metrics.n_judges.to_string()),
@@ -344,14 +227,12 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         }
     }
     facts.extend([("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned())]);
-    if let Some(d) = &manifest.dataset {
-        facts.insert(0, ("data set".to_owned(), d.name.clone()));
-    }
-    if let Some(s) = manifest.total_seconds {
-        facts.push(("total time".to_owned(), format!("{s:.0} s")));
-    }
-    if let Some(a) = &manifest.adaptive {
-        facts.extend(a.facts());
+    if let Some(m) = &manifest {
+        facts.insert(0, ("data set".to_owned(), m.dataset.name.clone()));
+        facts.push(("total time".to_owned(), format!("{:.0} s", m.total_seconds)));
+        if let Some(a) = &m.adaptive {
+            facts.extend(adaptive_facts(a));
+        }
     }
     let by_order = dir.join(layout::JUDGMENTS_BY_ORDER);
     let consistency =
@@ -367,14 +248,14 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     });
     let entries = judge_entries(&metrics);
     let hits = labels.map(|l| judge_hits(j, l));
-    let mut judges = judge_rows(j, &shown, hits.as_deref(), &entries, &manifest)?;
+    let mut judges = judge_rows(j, &shown, hits.as_deref(), &entries, manifest.as_ref())?;
     if let Some(c) = &consistency {
         for row in &mut judges {
             row.consistency = c.get(&row.name).map(|s| format!("{s:.3}"));
         }
     }
     let both_orders = consistency.is_some();
-    let judged_here = !manifest.judges.is_empty();
+    let judged_here = manifest.as_ref().is_some_and(|m| !m.judges.is_empty());
     let methods = method_rows(&metrics);
     let accuracy_svg = accuracy_chart(j, &shown, labels.zip(hits.as_deref()), &entries, &metrics)?;
     let kappa_svg = if shown.len() >= 2 { Some(kappa_chart(j, &shown)?) } else { None };
@@ -387,8 +268,8 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             calibration.push(Calibration {
                 method: p.method.clone(),
                 svg: plots::reliability(&points, 1.0 / j.n_classes() as f64)?,
-                ece: entry.and_then(|e| e.ece).map(f4),
-                brier: entry.and_then(|e| e.brier).map(f4),
+                ece: entry.and_then(|e| e.ece()).map(f4),
+                brier: entry.and_then(|e| e.brier()).map(f4),
             });
         }
     }
@@ -457,7 +338,7 @@ fn shown_judges(j: &Judgments) -> Vec<usize> {
 }
 
 /// metrics.json's judge entries by name.
-fn judge_entries(metrics: &MetricsFile) -> HashMap<&str, &MetricsJudge> {
+fn judge_entries(metrics: &Metrics) -> HashMap<&str, &JudgeMetrics> {
     metrics.judges.0.iter().map(|(n, e)| (n.as_str(), e)).collect()
 }
 
@@ -465,8 +346,8 @@ fn judge_rows(
     j: &Judgments,
     shown: &[usize],
     hits: Option<&[(usize, usize)]>,
-    entries: &HashMap<&str, &MetricsJudge>,
-    manifest: &ManifestFile,
+    entries: &HashMap<&str, &JudgeMetrics>,
+    manifest: Option<&Manifest>,
 ) -> Result<Vec<JudgeRow>, ReportError> {
     let mut positive = vec![(0.0f64, 0usize); j.n_judges()];
     for (_, k, p) in j.entries() {
@@ -487,12 +368,9 @@ fn judge_rows(
                 interval: interval.map(|(lo, hi)| format!("{lo:.3} - {hi:.3}")),
                 coverage: format!("{:.3}", entry.coverage),
                 mean_positive: format!("{:.3}", positive[k].0 / positive[k].1.max(1) as f64),
-                mass: manifest.mean_captured_mass.get(name).map(|m| format!("{m:.3}")),
+                mass: manifest.and_then(|m| m.mean_captured_mass.get(name)?.as_ref()).map(|m| format!("{m:.3}")),
                 exact: manifest
-                    .judges
-                    .iter()
-                    .find(|m| m.name == *name)
-                    .and_then(|m| m.exact_share)
+                    .and_then(|m| m.judges.iter().find(|m| m.name == *name)?.exact_share)
                     .map(|e| format!("{e:.3}")),
                 consistency: None,
             })
@@ -500,39 +378,42 @@ fn judge_rows(
         .collect()
 }
 
-fn method_rows(metrics: &MetricsFile) -> Vec<MethodRow> {
+fn method_rows(metrics: &Metrics) -> Vec<MethodRow> {
     metrics
         .methods
         .0
         .iter()
         .map(|(name, m)| {
-            let notes = match (m.iterations, m.converged, m.ties, &m.seeds) {
-                (_, _, _, Some(seeds)) => {
-                    format!("{} seeds, +- {:.4}, outside each seed's dev set", seeds.len(), m.std.unwrap_or(0.0))
-                }
-                (Some(i), Some(c), _, _) => {
-                    format!("{i} iterations, {}", if c { "converged" } else { "not converged" })
-                }
-                (_, _, Some(t), _) => format!("{t} ties"),
-                _ => String::new(),
+            let fit = |i: usize, c: bool| format!("{i} iterations, {}", if c { "converged" } else { "not converged" });
+            let notes = match (m.neural(), m.diagnostics()) {
+                (Some(n), _) => format!("{} seeds, +- {:.4}, outside each seed's dev set", n.seeds.len(), spread(n)),
+                (_, Some(DiagnosticMetrics::DawidSkene { iterations, converged, .. }))
+                | (_, Some(DiagnosticMetrics::Skills { iterations, converged, .. })) => fit(*iterations, *converged),
+                (_, Some(DiagnosticMetrics::Counting { ties, .. })) => format!("{ties} ties"),
+                (None, None) => String::new(),
             };
             MethodRow {
                 name: name.clone(),
-                accuracy: m.accuracy.map(f4),
-                brier: m.brier.map(f4),
-                ece: m.ece.map(f4),
+                accuracy: m.accuracy().map(f4),
+                brier: m.brier().map(f4),
+                ece: m.ece().map(f4),
                 notes,
             }
         })
         .collect()
 }
 
+/// A context-dependent method's spread over seeds (0 where undefined).
+fn spread(n: &jury_io::NeuralMetrics) -> f64 {
+    if n.std.is_finite() { n.std } else { 0.0 }
+}
+
 fn accuracy_chart(
     j: &Judgments,
     shown: &[usize],
     labeled: Option<(&Labels, &[(usize, usize)])>,
-    entries: &HashMap<&str, &MetricsJudge>,
-    metrics: &MetricsFile,
+    entries: &HashMap<&str, &JudgeMetrics>,
+    metrics: &Metrics,
 ) -> Result<Option<String>, ReportError> {
     let Some((l, hits)) = labeled else { return Ok(None) };
     let mut bars: Vec<plots::Bar> = Vec::new();
@@ -550,12 +431,12 @@ fn accuracy_chart(
     }
     let n_labeled = l.n_labeled();
     for (name, m) in &metrics.methods.0 {
-        let Some(acc) = m.accuracy else { continue };
+        let Some(acc) = m.accuracy() else { continue };
         // Context-free methods score every labeled example; a context-dependent one
         // reports a mean over seeds with its spread.
-        let interval = match (m.seeds.as_ref(), m.std) {
-            (Some(_), Some(s)) => Some(((acc - 2.0 * s).max(0.0), (acc + 2.0 * s).min(1.0))),
-            _ => jury_metrics::wilson_interval((acc * n_labeled as f64).round() as usize, n_labeled, Z95),
+        let interval = match m.neural().map(|n| n.std).filter(|s| s.is_finite()) {
+            Some(s) => Some(((acc - 2.0 * s).max(0.0), (acc + 2.0 * s).min(1.0))),
+            None => jury_metrics::wilson_interval((acc * n_labeled as f64).round() as usize, n_labeled, Z95),
         };
         bars.push(plots::Bar { label: name, value: acc, interval, method: true });
     }
@@ -600,9 +481,13 @@ fn kappa_chart(j: &Judgments, shown: &[usize]) -> Result<String, ReportError> {
     plots::kappa_heatmap(&names, &kappa)
 }
 
-fn confusion_rows(metrics: &MetricsFile, shown: &HashSet<&str>) -> Vec<ConfusionRow> {
-    let Some((_, ds)) = metrics.methods.0.iter().find(|(_, m)| m.confusion.is_some()) else { return Vec::new() };
-    let Some(confusion) = &ds.confusion else { return Vec::new() };
+fn confusion_rows(metrics: &Metrics, shown: &HashSet<&str>) -> Vec<ConfusionRow> {
+    let Some(confusion) = metrics.methods.0.iter().find_map(|(_, m)| match m.diagnostics() {
+        Some(DiagnosticMetrics::DawidSkene { confusion, .. }) => Some(confusion),
+        _ => None,
+    }) else {
+        return Vec::new();
+    };
     confusion
         .0
         .iter()
@@ -614,7 +499,7 @@ fn confusion_rows(metrics: &MetricsFile, shown: &HashSet<&str>) -> Vec<Confusion
         .collect()
 }
 
-fn slope_plots(metrics: &MetricsFile, entries: &HashMap<&str, &MetricsJudge>) -> Result<Vec<SlopePlot>, ReportError> {
+fn slope_plots(metrics: &Metrics, entries: &HashMap<&str, &JudgeMetrics>) -> Result<Vec<SlopePlot>, ReportError> {
     let mut out = Vec::new();
     for (name, m) in &metrics.methods.0 {
         let against_accuracy = |values: &mut dyn Iterator<Item = (&String, f64)>| -> Vec<(f64, f64)> {
@@ -622,13 +507,13 @@ fn slope_plots(metrics: &MetricsFile, entries: &HashMap<&str, &MetricsJudge>) ->
                 .filter_map(|(judge, s)| entries.get(judge.as_str()).and_then(|e| e.accuracy).map(|a| (a, s)))
                 .collect()
         };
-        let (what, points, pcc) = if let Some(slopes) = &m.slopes {
+        let (what, points, pcc) = if let Some((slopes, pcc)) = m.neural().and_then(|n| Some((n.slopes.as_ref()?, n.slope_accuracy_pcc))) {
             let points = against_accuracy(&mut slopes.0.iter().map(|(j, s)| (j, *s)));
-            ("learned slope".to_owned(), points, m.slope_accuracy_pcc)
-        } else if let Some(skills) = &m.skills {
+            ("learned slope".to_owned(), points, pcc.flatten())
+        } else if let Some(DiagnosticMetrics::Skills { skill, skills, .. }) = m.diagnostics() {
             let points = against_accuracy(&mut skills.0.iter().filter_map(|(j, s)| s.map(|s| (j, s))));
             let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
-            (m.skill.clone().unwrap_or_else(|| "skill".to_owned()), points, jury_metrics::pearson(&xs, &ys))
+            (skill.clone(), points, jury_metrics::pearson(&xs, &ys))
         } else {
             continue;
         };

@@ -9,7 +9,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use jury_judge::Template;
-use serde::Deserialize;
 
 use crate::experiment::{Experiment, ExperimentError, JudgeEntry};
 use crate::judging::RunError;
@@ -220,28 +219,13 @@ fn wall(judges: &[JudgePlan]) -> Option<(f64, f64)> {
     Some((local.0.max(server.0), local.1.max(server.1)))
 }
 
-/// The part of an earlier run's manifest.json the rates come from.
-#[derive(Deserialize)]
-struct EarlierManifest {
-    judges: Vec<EarlierJudge>,
-}
-
-#[derive(Deserialize)]
-struct EarlierJudge {
-    name: String,
-    #[serde(default)]
-    scored: usize,
-    #[serde(default)]
-    judge_seconds: f64,
-}
-
 /// Judgments per second of each judge that scored anything in the run whose manifest
 /// is in `output` (none when there is none or it cannot be read).
 fn earlier_rates(output: &Path) -> HashMap<String, f64> {
     let Ok(text) = std::fs::read_to_string(OutputLayout::published_manifest(output)) else {
         return HashMap::new();
     };
-    let Ok(m) = serde_json::from_str::<EarlierManifest>(&text) else { return HashMap::new() };
+    let Ok(m) = serde_json::from_str::<jury_io::Manifest>(&text) else { return HashMap::new() };
     m.judges
         .into_iter()
         .filter(|j| j.scored > 0 && j.judge_seconds > 0.0)

@@ -22,8 +22,9 @@ use futures::stream::FuturesUnordered;
 use indicatif::{MultiProgress, ProgressBar};
 use jury_cache::{Cache, CacheError, key};
 use jury_datasets::Example;
+use jury_io::{ManifestServer, PoolStats};
 use jury_judge::{
-    AnyJudge, EXTRACTION_RULE, Judge, JudgeConfig, JudgeError, ModelSource, PoolStats, Prompt, ServerJudge,
+    AnyJudge, EXTRACTION_RULE, Judge, JudgeConfig, JudgeError, ModelSource, Prompt, ServerJudge,
     ServerJudgeConfig, ServerMode, Template, Verdict,
 };
 use jury_progress::LogProgress;
@@ -307,13 +308,7 @@ pub struct JurorInfo {
     pub prefix_cache_flushes: usize,
     pub verdict_token_ids: (Vec<u32>, Vec<u32>, Vec<u32>),
     /// Server judges: mode, servers and their counters.
-    pub server: Option<ServerInfo>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ServerInfo {
-    pub mode: String,
-    pub stats: PoolStats,
+    pub server: Option<ManifestServer>,
 }
 
 /// A juror's results and manifest record.
@@ -392,7 +387,7 @@ async fn run_loaded(
             load_seconds,
             prefix_cache_flushes: 0,
             verdict_token_ids: s.verdict_ids(),
-            server: Some(ServerInfo { mode: s.mode().as_str().to_owned(), stats: s.stats() }),
+            server: Some(ManifestServer { mode: s.mode().as_str().to_owned(), stats: s.stats() }),
         },
     };
     Ok(JurorOutcome { results, info })

@@ -13,7 +13,10 @@ use jury_io::layout::{
     ADAPTIVE_DECISIONS as ADAPTIVE, CACHE, CATEGORIES, CONTEXTS, FAILURES, JUDGMENTS, JUDGMENTS_BY_ORDER as BY_ORDER,
     LABELS, MANIFEST, PROMPTS, RESOLVED_CONFIG as RESOLVED,
 };
-use jury_io::{OutputDir, Owner, csv_field, write_atomic};
+use jury_io::{
+    Manifest, ManifestAdaptive, ManifestDataset, ManifestJudge, ManifestTemplate, OutputDir, Owner, VerdictTokenIds,
+    csv_field, write_atomic,
+};
 use serde::Serialize;
 
 use crate::adaptive::AdaptiveRecord;
@@ -263,157 +266,90 @@ fn contexts_csv(examples: &[Example], style: ContextStyle) -> String {
     out
 }
 
-/// `manifest.json`: what was run, with what, and how long it took.
-#[derive(Debug, Serialize)]
-pub struct Manifest<'a> {
-    experiment: &'a str,
-    jury_version: &'static str,
-    template: TemplateRecord,
-    dataset: DatasetRecord<'a>,
-    dequantized_weights: bool,
-    judges: Vec<JudgeManifest<'a>>,
-    mean_captured_mass: BTreeMap<&'a str, f64>,
-    total_seconds: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    adaptive: Option<AdaptiveManifest<'a>>,
+/// `manifest.json` of `run`: what was run, with what, and how long it took;
+/// `total_seconds` covers the whole command (aggregation too).
+pub fn manifest<A>(exp: &Experiment<A>, run: &JuryRun, dequantized_weights: bool, total_seconds: f64) -> Manifest {
+    let judges = run
+        .judges
+        .iter()
+        .map(|j| {
+            let JurorInfo { model_identity, engine, extraction_rule, load_seconds, prefix_cache_flushes, .. } = &j.info;
+            let (positive, negative, tie) = &j.info.verdict_token_ids;
+            let s = &j.results.summary;
+            ManifestJudge {
+                name: j.name.clone(),
+                model_sha256: model_identity.clone(),
+                engine: engine.clone(),
+                extraction_rule: extraction_rule.clone(),
+                load_seconds: *load_seconds,
+                judge_seconds: s.seconds,
+                scored: s.scored,
+                from_cache: s.from_cache,
+                failed: s.failed,
+                exact_share: defined(j.exact_share()),
+                prefix_cache_flushes: *prefix_cache_flushes,
+                verdict_token_ids: VerdictTokenIds {
+                    positive: positive.clone(),
+                    negative: negative.clone(),
+                    tie: tie.clone(),
+                },
+                template: j
+                    .own_template
+                    .as_ref()
+                    .map(|(path, sha256)| ManifestTemplate { path: path.clone(), sha256: sha256.clone() }),
+                server: j.info.server.clone(),
+            }
+        })
+        .collect();
+    Manifest {
+        experiment: exp.name.clone(),
+        jury_version: env!("CARGO_PKG_VERSION").to_owned(),
+        template: ManifestTemplate { path: exp.prompt.clone(), sha256: run.template_sha256.clone() },
+        dataset: ManifestDataset {
+            name: exp.dataset.name.clone(),
+            path: exp.dataset.path.clone(),
+            examples: run.examples.original.len(),
+        },
+        dequantized_weights,
+        judges,
+        mean_captured_mass: run.mean_captured_mass().into_iter().map(|(k, m)| (k.to_owned(), defined(m))).collect(),
+        total_seconds,
+        adaptive: run.adaptive.as_ref().map(adaptive_manifest),
+    }
+}
+
+/// A number that is `None` where it is undefined (NaN: no verdict to average over).
+fn defined(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
 }
 
 /// An adaptive run in the manifest: its settings, order and the calls it made.
-#[derive(Debug, Serialize)]
-struct AdaptiveManifest<'a> {
-    target: f64,
-    min_judges: usize,
-    warmup_examples: usize,
-    /// Rounds run, the warm-up's included (each asks every judge with open examples).
-    rounds: usize,
-    order: &'a [String],
-    /// Judge calls made (the warm-up's included) and those of the full jury.
-    calls: usize,
-    full_calls: usize,
-    /// Share of the full jury's calls not made.
-    calls_saved: f64,
-    calls_per_judge: BTreeMap<&'a str, usize>,
-    cost: f64,
-    full_cost: f64,
-    /// Examples per stop reason (warm-up, settled, every-judge).
-    stops: BTreeMap<&'static str, usize>,
-}
-
-impl<'a> AdaptiveManifest<'a> {
-    fn new(a: &'a AdaptiveRecord) -> Self {
-        let (calls, full_calls) = (a.calls(), a.full_calls());
-        let (cost, full_cost) = a.cost();
-        let mut stops = BTreeMap::new();
-        a.decisions.iter().for_each(|d| *stops.entry(d.stop.as_str()).or_insert(0) += 1);
-        Self {
-            target: a.settings.target,
-            min_judges: a.settings.min_judges,
-            warmup_examples: a.warmup_examples,
-            rounds: a.rounds,
-            order: &a.order,
-            calls,
-            full_calls,
-            calls_saved: if full_calls > 0 { 1.0 - calls as f64 / full_calls as f64 } else { 0.0 },
-            calls_per_judge: a.judge_names.iter().map(String::as_str).zip(a.calls_per_judge()).collect(),
-            cost,
-            full_cost,
-            stops,
-        }
+fn adaptive_manifest(a: &AdaptiveRecord) -> ManifestAdaptive {
+    let (calls, full_calls) = (a.calls(), a.full_calls());
+    let (cost, full_cost) = a.cost();
+    let mut stops = BTreeMap::new();
+    a.decisions.iter().for_each(|d| *stops.entry(d.stop.as_str().to_owned()).or_insert(0) += 1);
+    ManifestAdaptive {
+        target: a.settings.target,
+        min_judges: a.settings.min_judges,
+        warmup_examples: a.warmup_examples,
+        rounds: a.rounds,
+        order: a.order.clone(),
+        calls,
+        full_calls,
+        calls_saved: if full_calls > 0 { 1.0 - calls as f64 / full_calls as f64 } else { 0.0 },
+        calls_per_judge: a.judge_names.iter().cloned().zip(a.calls_per_judge()).collect(),
+        cost,
+        full_cost,
+        stops,
     }
 }
 
-#[derive(Debug, Serialize)]
-struct TemplateRecord {
-    path: PathBuf,
-    sha256: String,
-}
-
-#[derive(Debug, Serialize)]
-struct DatasetRecord<'a> {
-    name: &'a str,
-    path: &'a Path,
-    examples: usize,
-}
-
-#[derive(Debug, Serialize)]
-struct TokenIds<'a> {
-    positive: &'a [u32],
-    negative: &'a [u32],
-    tie: &'a [u32],
-}
-
-#[derive(Debug, Serialize)]
-struct JudgeManifest<'a> {
-    name: &'a str,
-    model_sha256: &'a str,
-    engine: &'a str,
-    extraction_rule: &'a str,
-    load_seconds: f64,
-    judge_seconds: f64,
-    scored: usize,
-    from_cache: usize,
-    failed: usize,
-    exact_share: f64,
-    prefix_cache_flushes: usize,
-    verdict_token_ids: TokenIds<'a>,
-    template: Option<TemplateRecord>,
-    server: &'a Option<crate::judging::ServerInfo>,
-}
-
-impl<'a> Manifest<'a> {
-    /// The manifest of `run`; `total_seconds` covers the whole command (aggregation too).
-    pub fn new<A>(exp: &'a Experiment<A>, run: &'a JuryRun, dequantized_weights: bool, total_seconds: f64) -> Self {
-        let judges = run
-            .judges
-            .iter()
-            .map(|j| {
-                let JurorInfo { model_identity, engine, extraction_rule, load_seconds, prefix_cache_flushes, .. } =
-                    &j.info;
-                let (positive, negative, tie) = &j.info.verdict_token_ids;
-                let s = &j.results.summary;
-                JudgeManifest {
-                    name: &j.name,
-                    model_sha256: model_identity,
-                    engine,
-                    extraction_rule,
-                    load_seconds: *load_seconds,
-                    judge_seconds: s.seconds,
-                    scored: s.scored,
-                    from_cache: s.from_cache,
-                    failed: s.failed,
-                    exact_share: j.exact_share(),
-                    prefix_cache_flushes: *prefix_cache_flushes,
-                    verdict_token_ids: TokenIds { positive, negative, tie },
-                    template: j
-                        .own_template
-                        .as_ref()
-                        .map(|(path, sha256)| TemplateRecord { path: path.clone(), sha256: sha256.clone() }),
-                    server: &j.info.server,
-                }
-            })
-            .collect();
-        Self {
-            experiment: &exp.name,
-            jury_version: env!("CARGO_PKG_VERSION"),
-            template: TemplateRecord { path: exp.prompt.clone(), sha256: run.template_sha256.clone() },
-            dataset: DatasetRecord {
-                name: &exp.dataset.name,
-                path: &exp.dataset.path,
-                examples: run.examples.original.len(),
-            },
-            dequantized_weights,
-            judges,
-            mean_captured_mass: run.mean_captured_mass(),
-            total_seconds,
-            adaptive: run.adaptive.as_ref().map(AdaptiveManifest::new),
-        }
-    }
-
-    pub fn write(&self, layout: &OutputLayout) -> Result<(), RunError> {
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| RunError::Write { path: layout.manifest(), reason: e.to_string() })?;
-        write(layout.manifest(), &text)
-    }
+/// Writes `manifest` into the staging folder.
+pub fn write_manifest(layout: &OutputLayout, manifest: &Manifest) -> Result<(), RunError> {
+    let text = serde_json::to_string_pretty(manifest)
+        .map_err(|e| RunError::Write { path: layout.manifest(), reason: e.to_string() })?;
+    write(layout.manifest(), &text)
 }
 
 #[cfg(test)]

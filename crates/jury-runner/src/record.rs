@@ -32,9 +32,12 @@ pub struct JudgeRecord {
 }
 
 impl JudgeRecord {
-    /// Mean of P(positive) + P(negative) over the verdicts.
+    /// Mean of P(positive) + P(negative) over the verdicts, summed in example-id order
+    /// so that the same verdicts always give the same bits.
     pub fn mean_captured_mass(&self) -> f64 {
-        self.verdicts.values().map(|x| x.mass).sum::<f64>() / self.verdicts.len().max(1) as f64
+        let mut by_id: Vec<(&String, f64)> = self.verdicts.iter().map(|(id, v)| (id, v.mass)).collect();
+        by_id.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        by_id.iter().map(|(_, m)| m).sum::<f64>() / self.verdicts.len().max(1) as f64
     }
 
     /// Share of verdicts in which every verdict token's probability was observed.

@@ -17,10 +17,6 @@ use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
-pub use report::{
-    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds,
-};
 pub use study::{MethodRun, NeuralStudy, Study, run};
 
 /// What a study could not do.

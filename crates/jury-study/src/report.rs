@@ -7,180 +7,25 @@ use std::path::Path;
 
 use jury_aggregate::Diagnostics;
 use jury_core::{Judgments, Labels, Posteriors};
-use jury_io::{csv_field, write_atomic};
+use jury_io::{
+    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics, MethodMetrics,
+    Metrics, Named, NeuralMetrics, OverSeeds, csv_field, write_atomic,
+};
 use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
-use serde::Serialize;
-use serde::ser::SerializeMap;
 
 use crate::{Study, StudyError};
 
 const ECE_BINS: usize = 10;
 
-/// Entries keyed by judge or method name, in their order (a JSON object).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Named<'a, T>(pub Vec<(&'a str, T)>);
-
-impl<T: Serialize> Serialize for Named<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            map.serialize_entry(k, v)?;
-        }
-        map.end()
-    }
+/// Entries keyed by judge name, in the judgments' order.
+fn by_judge<T>(j: &Judgments, values: impl IntoIterator<Item = T>) -> Named<T> {
+    Named(j.judge_names().iter().cloned().zip(values).collect())
 }
 
-/// metrics.json.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Metrics<'a> {
-    pub n_examples: usize,
-    pub n_judges: usize,
-    pub n_classes: usize,
-    pub n_labeled: Option<usize>,
-    /// The method jury recommends for these judgments (`--methods recommended`): read its
-    /// column first.
-    pub recommended_method: &'a str,
-    /// How much the whole jury agrees beyond chance (hard votes, label-free).
-    pub agreement: AgreementMetrics,
-    pub judges: Named<'a, JudgeMetrics>,
-    pub methods: Named<'a, MethodMetrics<'a>>,
-    /// The context-dependent methods' seeds and each one's dev set by example id.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub seeds: Option<Vec<u64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dev_sets: Option<Vec<Vec<&'a str>>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AgreementMetrics {
-    pub fleiss_kappa: Option<f64>,
-    pub krippendorff_alpha: Option<f64>,
-    /// Which judges make the same mistakes as the fitted model sees it (absent for juries
-    /// over `jury_metrics::MAX_JUDGES_FOR_CORRELATIONS` judges).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_correlation: Option<ErrorCorrelationMetrics>,
-}
-
-/// `jury_metrics::ErrorCorrelations` under one method's posteriors, by judge name.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ErrorCorrelationMetrics {
-    /// The method whose posteriors stand for the truth: `ds` when it ran, else the first.
-    pub method: String,
-    /// The judges in `matrix` order.
-    pub judges: Vec<String>,
-    /// Class-conditional correlation of two judges' errors (null where undefined).
-    pub matrix: Vec<Vec<Option<f64>>>,
-    /// Judges grouped at a mean error correlation of at least `family_threshold`.
-    pub families: Vec<Vec<String>>,
-    pub family_threshold: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct JudgeMetrics {
-    pub accuracy: Option<f64>,
-    /// Share of the examples the judge judged.
-    pub coverage: f64,
-}
-
-/// A mean over seeds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OverSeeds {
-    pub accuracy: f64,
-    pub std: f64,
-    pub seeds: Vec<f64>,
-}
-
-impl OverSeeds {
-    fn new(seeds: Vec<f64>) -> Self {
-        let (accuracy, std) = mean_std(&seeds);
-        Self { accuracy, std, seeds }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum MethodMetrics<'a> {
-    ContextFree(ContextFreeMetrics<'a>),
-    Neural(NeuralMetrics<'a>),
-}
-
-/// A context-free method over all labeled examples.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ContextFreeMetrics<'a> {
-    pub accuracy: Option<f64>,
-    pub brier: Option<f64>,
-    pub ece: Option<f64>,
-    pub seconds: f64,
-    #[serde(flatten)]
-    pub diagnostics: DiagnosticMetrics<'a>,
-    /// On the context-dependent methods' test splits, for paired comparisons.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outside_dev: Option<OverSeeds>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum DiagnosticMetrics<'a> {
-    Counting {
-        ties: usize,
-        unjudged: usize,
-    },
-    DawidSkene {
-        iterations: usize,
-        converged: bool,
-        log_likelihood: Option<f64>,
-        class_prior: &'a [f64],
-        /// Each judge's confusion matrix, rows by true class.
-        confusion: Named<'a, Vec<Vec<f64>>>,
-        ties: usize,
-        unjudged: usize,
-    },
-    Skills {
-        iterations: usize,
-        converged: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        objective: Option<f64>,
-        /// What a skill measures for this method.
-        skill: &'static str,
-        /// Each judge's skill (null for a judge with no judgment).
-        skills: Named<'a, Option<f64>>,
-        /// Held-out log-likelihood per example, correlated model minus independent one.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        held_out_gain: Option<f64>,
-        ties: usize,
-        unjudged: usize,
-    },
-}
-
-/// The dev set's choice for one seed.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Chosen {
-    pub lambda: f64,
-    pub epoch: usize,
-}
-
-/// A context-dependent method over its seeds, scored outside each seed's dev set.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NeuralMetrics<'a> {
-    pub accuracy: f64,
-    pub std: f64,
-    pub seeds: Vec<f64>,
-    pub dev_accuracy: Vec<f64>,
-    pub chosen: Vec<Chosen>,
-    pub dev_size: usize,
-    pub seconds: f64,
-    pub embedding_seconds: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_accuracy: Option<OverSeeds>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub slopes: Option<Named<'a, f64>>,
-    /// Present with `slopes` (null when either series is constant).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub slope_accuracy_pcc: Option<Option<f64>>,
-    /// Brier score and ECE of the first seed's posteriors on its test split.
-    pub brier: Option<f64>,
-    pub ece: Option<f64>,
+fn over_seeds(seeds: Vec<f64>) -> OverSeeds {
+    let (accuracy, std) = mean_std(&seeds);
+    OverSeeds { accuracy, std, seeds }
 }
 
 /// Each judge's share of the examples it judged.
@@ -190,21 +35,15 @@ fn coverage(j: &Judgments) -> Vec<f64> {
     count.into_iter().map(|c| c as f64 / j.n_examples() as f64).collect()
 }
 
-fn diagnostics<'a>(d: &'a Diagnostics, j: &'a Judgments) -> DiagnosticMetrics<'a> {
+fn diagnostics(d: &Diagnostics, j: &Judgments) -> DiagnosticMetrics {
     match d {
         Diagnostics::Counting { ties, unjudged } => DiagnosticMetrics::Counting { ties: *ties, unjudged: *unjudged },
         Diagnostics::DawidSkene(em) => DiagnosticMetrics::DawidSkene {
             iterations: em.iterations,
             converged: em.converged,
             log_likelihood: em.log_likelihood.last().copied(),
-            class_prior: &em.params.class_prior,
-            confusion: Named(
-                j.judge_names()
-                    .iter()
-                    .zip(&em.params.confusion)
-                    .map(|(name, c)| (name.as_str(), (0..c.n_classes()).map(|t| c.row(t).to_vec()).collect()))
-                    .collect(),
-            ),
+            class_prior: em.params.class_prior.clone(),
+            confusion: by_judge(j, em.params.confusion.iter().map(|c| (0..c.n_classes()).map(|t| c.row(t).to_vec()).collect())),
             ties: em.ties,
             unjudged: em.unjudged,
         },
@@ -212,8 +51,8 @@ fn diagnostics<'a>(d: &'a Diagnostics, j: &'a Judgments) -> DiagnosticMetrics<'a
             iterations: r.iterations,
             converged: r.converged,
             objective: r.objective,
-            skill: r.meaning,
-            skills: Named(j.judge_names().iter().map(String::as_str).zip(r.skills.iter().copied()).collect()),
+            skill: r.meaning.to_owned(),
+            skills: by_judge(j, r.skills.iter().copied()),
             held_out_gain: r.held_out_gain,
             ties: r.ties,
             unjudged: r.unjudged,
@@ -221,8 +60,8 @@ fn diagnostics<'a>(d: &'a Diagnostics, j: &'a Judgments) -> DiagnosticMetrics<'a
     }
 }
 
-fn neural_metrics<'a>(r: &NeuralRun, j: &'a Judgments, first_test: Option<&Labels>) -> NeuralMetrics<'a> {
-    let accuracies = OverSeeds::new(r.accuracies());
+fn neural_metrics(r: &NeuralRun, j: &Judgments, first_test: Option<&Labels>) -> NeuralMetrics {
+    let accuracies = over_seeds(r.accuracies());
     NeuralMetrics {
         accuracy: accuracies.accuracy,
         std: accuracies.std,
@@ -232,11 +71,8 @@ fn neural_metrics<'a>(r: &NeuralRun, j: &'a Judgments, first_test: Option<&Label
         dev_size: r.dev_size,
         seconds: r.seconds,
         embedding_seconds: r.embedding_seconds,
-        context_accuracy: r.context_accuracies().filter(|c| !c.is_empty()).map(OverSeeds::new),
-        slopes: r
-            .slopes
-            .as_ref()
-            .map(|s| Named(j.judge_names().iter().map(String::as_str).zip(s.iter().copied()).collect())),
+        context_accuracy: r.context_accuracies().filter(|c| !c.is_empty()).map(over_seeds),
+        slopes: r.slopes.as_ref().map(|s| by_judge(j, s.iter().copied())),
         slope_accuracy_pcc: r.slopes.as_ref().map(|_| r.slope_accuracy_pcc),
         brier: first_test.and_then(|l| brier(&r.posteriors, l)),
         ece: first_test.and_then(|l| expected_calibration_error(&r.posteriors, l, ECE_BINS)),
@@ -245,16 +81,14 @@ fn neural_metrics<'a>(r: &NeuralRun, j: &'a Judgments, first_test: Option<&Label
 
 impl<'a> Study<'a> {
     /// metrics.json's contents.
-    pub fn metrics(&self) -> Metrics<'_> {
+    pub fn metrics(&self) -> Metrics {
         let (j, labels) = (self.judgments, self.labels);
         let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
-        let judges = j
-            .judge_names()
-            .iter()
-            .zip(judge_acc.iter().zip(coverage(j)))
-            .map(|(name, (&accuracy, coverage))| (name.as_str(), JudgeMetrics { accuracy, coverage }))
-            .collect();
-        let mut methods: Vec<(&str, MethodMetrics)> = self
+        let judges = by_judge(
+            j,
+            judge_acc.iter().zip(coverage(j)).map(|(&accuracy, coverage)| JudgeMetrics { accuracy, coverage }),
+        );
+        let mut methods: Vec<(String, MethodMetrics)> = self
             .methods
             .iter()
             .enumerate()
@@ -266,36 +100,37 @@ impl<'a> Study<'a> {
                     ece: labels.and_then(|l| expected_calibration_error(a.posteriors(), l, ECE_BINS)),
                     seconds: r.seconds,
                     diagnostics: diagnostics(a.diagnostics(), j),
-                    outside_dev: self.neural.as_ref().map(|n| OverSeeds::new(n.outside_dev[i].clone())),
+                    outside_dev: self.neural.as_ref().map(|n| over_seeds(n.outside_dev[i].clone())),
                 };
-                (r.name, MethodMetrics::ContextFree(m))
+                (r.name.to_owned(), MethodMetrics::ContextFree(m))
             })
             .collect();
         let (mut seeds, mut dev_sets) = (None, None);
         if let Some(n) = &self.neural {
             let first_test = labels.zip(n.splits.first()).map(|(l, s)| s.test_labels(l));
             for r in &n.runs {
-                methods.push((r.method.name(), MethodMetrics::Neural(neural_metrics(r, j, first_test.as_ref()))));
+                let m = MethodMetrics::Neural(neural_metrics(r, j, first_test.as_ref()));
+                methods.push((r.method.name().to_owned(), m));
             }
             let ids = j.example_ids();
             seeds = Some(n.seeds.clone());
-            dev_sets = Some(n.splits.iter().map(|s| s.dev.iter().map(|&i| ids[i].as_str()).collect()).collect());
+            dev_sets = Some(n.splits.iter().map(|s| s.dev.iter().map(|&i| ids[i].clone()).collect()).collect());
         }
         Metrics {
             n_examples: j.n_examples(),
             n_judges: j.n_judges(),
             n_classes: j.n_classes(),
             n_labeled: labels.map(Labels::n_labeled),
-            recommended_method: self.recommended,
+            recommended_method: self.recommended.to_owned(),
             agreement: {
                 let a = jury_metrics::jury_agreement(j);
-                AgreementMetrics {
+                Some(AgreementMetrics {
                     fleiss_kappa: a.fleiss_kappa,
                     krippendorff_alpha: a.krippendorff_alpha,
                     error_correlation: self.error_correlation(),
-                }
+                })
             },
-            judges: Named(judges),
+            judges,
             methods: Named(methods),
             seeds,
             dev_sets,

@@ -18,7 +18,8 @@ mod study;
 
 pub use bwrs::{MIN_SLOPE, bwrs};
 pub use gibbs::{AccuracyPrior, bayesian_dawid_skene};
-pub use study::{Comparison, PairEstimate, PairProgress, Prior, StudyOptions, WinRateMethod, WinRateStudy, study};
+pub use jury_core::Comparison;
+pub use study::{PairEstimate, PairProgress, Prior, StudyOptions, WinRateMethod, WinRateStudy, study};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

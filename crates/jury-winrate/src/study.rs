@@ -16,23 +16,11 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use jury_core::Comparison;
+
 use crate::{
     AccuracyPrior, Confusion, Outcome, PairVotes, SamplingConfig, WinRateError, bayesian_dawid_skene, bwrs, observed,
 };
-
-/// One row of a comparisons table: an evaluator's vote (or a human label) on one
-/// comparison of two generators' outputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Comparison {
-    /// Identifies the comparison within its generator pair (shared by its evaluators' rows).
-    pub comparison_id: String,
-    pub generator_0: String,
-    pub generator_1: String,
-    /// The evaluator (an LLM, or the human-label name).
-    pub evaluator: String,
-    /// `Some(true)` when generator_1's output is preferred; `None` for a tie or no verdict.
-    pub vote: Option<bool>,
-}
 
 /// How a pair's win rate is estimated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
