@@ -3,8 +3,6 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
-#[cfg(feature = "judges")]
-mod llm_eval;
 mod malloc;
 mod rank;
 mod report;

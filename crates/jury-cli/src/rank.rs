@@ -12,7 +12,7 @@ use jury_rank::{
 };
 
 #[cfg(feature = "judges")]
-use crate::llm_eval::{LlmEvalConfig, LlmEvaluation};
+use jury_runner::{LlmEvalConfig, LlmEvaluation};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -144,9 +144,9 @@ fn rank_with_llm(args: &Args, responses: &Responses, texts: Option<Vec<String>>)
     let cells = (0..responses.n_models())
         .map(|m| (0..responses.n_prompts()).map(|d| responses.get(m, d).map(str::to_owned)).collect())
         .collect();
-    let mut eval = LlmEvaluation::new(&cfg, texts, cells)?;
+    let mut eval = LlmEvaluation::new(&cfg, texts, cells).context("--eval llm")?;
     let ranking = args.method.rank(responses, &mut eval, args.seed);
-    eval.finish()?;
+    eval.finish().context("LLM evaluation")?;
     Ok(ranking)
 }
 

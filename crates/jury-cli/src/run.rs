@@ -1,16 +1,17 @@
 //! `jury run CONFIG`: one YAML experiment end to end. The runner (jury-runner) checks
-//! the config, judges through the durable cache (so a killed run resumes) and writes
-//! the judging files of its `OutputLayout`; this module adds the aggregation options'
-//! checks, hands the judgments to aggregation and prints.
+//! the config, judges through the durable cache (so a killed run resumes), writes every
+//! file and publishes them; this module parses, hands it jury-study's aggregation and
+//! jury-report's page, and prints.
 //!
 //! Relative paths in the config are relative to the directory `jury run` is started in.
 
-use std::path::PathBuf;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
-use jury_runner::OutputLayout;
+use jury_datasets::ContextStyle;
+use jury_runner::{JuryRun, OutputLayout, RunError};
 
 use jury_study::{AggregateOptions, Settings};
 
@@ -63,20 +64,24 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
     Ok((exp, settings))
 }
 
-/// Runs an experiment returned by [`prepare`]. Every output file but the judgment
-/// cache is staged and published only when aggregation has succeeded too.
-pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
-    let started = Instant::now();
-    let prepared = jury_runner::prepare(&exp)?;
-    let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();
-    settings.check_labeled(labeled).context("`aggregate`")?;
-    let (layout, run) = prepared.judge(&MultiProgress::new(), &|d| eprintln!("warning: {d}; judged again"))?;
+/// Runs an experiment returned by [`prepare`] (jury-runner's `run_experiment`), with
+/// jury-study's aggregation and jury-report's page.
+pub(crate) fn run((exp, settings): (Experiment, Settings)) -> Result<()> {
     // Contexts the run derives itself are staged with the rest; aggregation reads them there.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
-    jury_runner::write_judging(&layout, &exp, &run, settings.context_style().filter(|_| own_contexts))?;
-    if own_contexts {
-        settings.read_contexts_from(layout.contexts());
-    }
+    let mut aggregation = StudyAggregation { settings, own_contexts };
+    jury_runner::run_experiment(
+        &exp,
+        &mut aggregation,
+        &MultiProgress::new(),
+        &|d| eprintln!("warning: {d}; judged again"),
+        &mut print_judged,
+    )?;
+    Ok(())
+}
+
+/// Each judge's counters and an adaptive run's calls, once judging is done.
+fn print_judged(run: &JuryRun) {
     println!();
     for j in &run.judges {
         let s = &j.results.summary;
@@ -97,19 +102,47 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         );
     }
     println!();
-    let study = jury_study::run(&run.judgments, Some(&run.labels), &settings, &aggregate::print_note)?;
-    aggregate::write(&study, layout.staging_dir(), layout.dir())?;
-    println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
-    let exact = run.exact_shares();
-    if exact.values().any(|&e| e < 1.0) {
-        println!("share of exact verdicts (every verdict token observed): {exact:?}");
+}
+
+/// jury-study's aggregation and jury-report's page, as a run's last stages.
+struct StudyAggregation {
+    settings: Settings,
+    /// Whether the contexts file is the one the run writes (`prepare` named it).
+    own_contexts: bool,
+}
+
+fn stage_error(e: anyhow::Error) -> RunError {
+    RunError::Aggregation(e.into())
+}
+
+impl jury_runner::Aggregation for StudyAggregation {
+    fn check_labeled(&self, labeled: usize) -> Result<(), RunError> {
+        self.settings.check_labeled(labeled).context("`aggregate`").map_err(stage_error)
     }
-    let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
-    jury_runner::write_manifest(&layout, &jury_runner::manifest(&exp, &run, dequantized, started.elapsed().as_secs_f64()))?;
-    // The page shows the hardest examples with their fields, as jury-v1's contexts join them.
-    let texts: std::collections::HashMap<String, String> =
-        run.examples.original.iter().map(|e| (e.id.clone(), jury_datasets::ContextStyle::Fields.text(e))).collect();
-    crate::report::write(layout.staging_dir(), &run.judgments, Some(&run.labels), Some(&texts))?;
-    layout.publish()?;
-    Ok(())
+
+    fn contexts_to_stage(&self) -> Option<ContextStyle> {
+        self.settings.context_style().filter(|_| self.own_contexts)
+    }
+
+    fn aggregate(&mut self, run: &JuryRun, staged: Option<&Path>, staging: &Path, out: &Path) -> Result<(), RunError> {
+        if let Some(contexts) = staged {
+            self.settings.read_contexts_from(contexts.to_owned());
+        }
+        let study = jury_study::run(&run.judgments, Some(&run.labels), &self.settings, &aggregate::print_note)
+            .map_err(|e| stage_error(e.into()))?;
+        aggregate::write(&study, staging, out).map_err(stage_error)?;
+        println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
+        let exact = run.exact_shares();
+        if exact.values().any(|&e| e < 1.0) {
+            println!("share of exact verdicts (every verdict token observed): {exact:?}");
+        }
+        Ok(())
+    }
+
+    fn report(&mut self, run: &JuryRun, staging: &Path) -> Result<(), RunError> {
+        // The page shows the hardest examples with their fields, as jury-v1's contexts join them.
+        let texts: HashMap<String, String> =
+            run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
+        crate::report::write(staging, &run.judgments, Some(&run.labels), Some(&texts)).map_err(stage_error)
+    }
 }

@@ -1,15 +1,18 @@
 //! Runs a jury experiment: the YAML schema and its checks ([`Experiment`]), the
 //! examples and jurors it names, every juror's pass through the durable cache (server
 //! judges all at once, in-process ones one at a time), the collected verdicts as a
-//! judgments matrix ([`JuryRun`]) and the files of an output directory
-//! ([`OutputLayout`]). Aggregation is not here: a caller hands [`JuryRun::judgments`]
-//! to it, with its own options carried through [`Experiment`]'s type parameter.
+//! judgments matrix ([`JuryRun`]), the files of an output directory ([`OutputLayout`]),
+//! and the whole of `jury run` in that order ([`run_experiment`]). Aggregation is not
+//! here: the caller supplies it as an [`Aggregation`], its options carried through
+//! [`Experiment`]'s type parameter. Also `rank --eval llm:`'s judge ([`LlmEvaluation`]).
 
 mod adaptive;
 mod dry_run;
 mod experiment;
 mod judging;
+mod llm_eval;
 mod output;
+mod pipeline;
 mod record;
 mod stages;
 
@@ -20,6 +23,8 @@ pub use judging::{
     Failure, JudgeResults, JudgeSpec, JudgeSummary, Juror, JurorInfo, JurorOutcome, RunError,
     any_judgment_key, judgment_key, run_judge, run_jury, run_jury_each, server_counters,
 };
+pub use llm_eval::{LlmEvalConfig, LlmEvaluation};
 pub use output::{OutputLayout, manifest, write_judging, write_manifest};
+pub use pipeline::{Aggregation, run_experiment};
 pub use record::{Examples, JudgeRecord, JuryRun};
 pub use stages::{Prepared, jurors, prepare, sample_examples};

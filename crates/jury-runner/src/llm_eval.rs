@@ -6,15 +6,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
 use indicatif::ProgressBar;
 use jury_cache::Cache;
 use jury_judge::{AnyJudge, Judge, JudgeConfig, ModelSource, Template, Verdict};
 use jury_rank::Evaluation;
-use jury_runner::any_judgment_key;
+
+use crate::judging::{RunError, any_judgment_key};
+
+type Result<T> = std::result::Result<T, RunError>;
 
 /// Settings of the LLM evaluation.
-pub(crate) struct LlmEvalConfig<'a> {
+pub struct LlmEvalConfig<'a> {
     pub gguf: &'a Path,
     pub template: &'a Path,
     /// Judge each pair in both orders and average (position-bias de-biasing).
@@ -26,7 +28,7 @@ pub(crate) struct LlmEvalConfig<'a> {
     pub tokenizer: Option<&'a Path>,
 }
 
-pub(crate) struct LlmEvaluation {
+pub struct LlmEvaluation {
     rt: tokio::runtime::Runtime,
     judge: AnyJudge,
     model_sha256: String,
@@ -41,19 +43,21 @@ pub(crate) struct LlmEvaluation {
     pub from_cache: usize,
     /// The first failed judgment; once set, every comparison is `None` and the caller
     /// must report it (`take_error`) instead of a ranking.
-    failed: Option<anyhow::Error>,
+    failed: Option<RunError>,
 }
 
 impl LlmEvaluation {
-    pub(crate) fn new(cfg: &LlmEvalConfig, prompts: Vec<String>, cells: Vec<Vec<Option<String>>>) -> Result<Self> {
-        if let Some(problem) = jury_judge::gguf_problem(cfg.gguf) {
-            bail!("--eval llm: {problem}");
+    pub fn new(cfg: &LlmEvalConfig, prompts: Vec<String>, cells: Vec<Vec<Option<String>>>) -> Result<Self> {
+        let name = cfg.gguf.file_stem().map_or("llm".into(), |s| s.to_string_lossy().into_owned());
+        if let Some(reason) = jury_judge::gguf_problem(cfg.gguf) {
+            return Err(RunError::Setup { judge: name, reason });
         }
         let template = Template::load(cfg.template)?;
         let model_sha256 = jury_cache::gguf_identity(cfg.gguf, cfg.tokenizer)?;
-        let rt =
-            tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-        let name = cfg.gguf.file_stem().map_or("llm".into(), |s| s.to_string_lossy().into_owned());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| RunError::Setup { judge: name.clone(), reason: format!("starting the async runtime: {e}") })?;
         let judge_cfg = JudgeConfig {
             name,
             source: ModelSource::Gguf(cfg.gguf.to_owned()),
@@ -65,7 +69,8 @@ impl LlmEvaluation {
         };
         let judge = AnyJudge::Local(Box::new(rt.block_on(Judge::load(judge_cfg, template))?));
         if let Some(dir) = cfg.cache.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| RunError::Write { path: dir.to_owned(), reason: e.to_string() })?;
         }
         let cache = Cache::open(cfg.cache)?;
         let bar = ProgressBar::new_spinner()
@@ -131,11 +136,11 @@ impl LlmEvaluation {
     }
 
     /// Ends the progress display; the first failed judgment, if any, is the result.
-    pub(crate) fn finish(&mut self) -> Result<()> {
+    pub fn finish(&mut self) -> Result<()> {
         match self.failed.take() {
             Some(e) => {
                 self.bar.abandon();
-                Err(e.context("LLM evaluation"))
+                Err(e)
             }
             None => {
                 self.bar.finish_with_message(format!("{} scored, {} from cache", self.scored, self.from_cache));
