@@ -13,7 +13,7 @@ NumPy in float64, independently of jury's candle code:
   grads.safetensors (the gradient of sum(embedding . target) over the batch).
 
 Gradients are central finite differences of the float64 forward pass (step 1e-6), so
-they check candle's backward passes and jury's hand-written ones (kernels_grad.rs)
+they check candle's backward passes and jury's hand-written ones (train/kernels_grad.rs)
 against nothing but the forward definition. gpt2.rs and bert.rs tests compare.
 
     scripts/make-encoder-fixtures.py      (needs numpy only; deterministic)

@@ -1,5 +1,5 @@
 //! `jury aggregate`: judgments file in, posteriors, labels and scores out. The study is
-//! jury-study's; this module reads the inputs, hands them over, writes and prints.
+//! jury-combine's; this module reads the inputs, hands them over, writes and prints.
 //!
 //! Order of work is the no-half-written invariant: check the options, read and validate
 //! every input, run every method, and only then create the output directory and write
@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use jury_combine::{AggregateOptions, Settings, Study};
 use jury_core::Labels;
 use jury_io::layout::{METRICS, PREDICTIONS};
 use jury_io::{OutputDir, Owner, read_judgments, read_labels};
 use jury_neural::Note;
-use jury_study::{AggregateOptions, Settings, Study};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -65,7 +65,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let mut settings = Settings::new(&args.options)?;
     settings.resolve_encoder()?;
     let (judgments, labels) = args.files.read()?;
-    let study = jury_study::run(&judgments, labels.as_ref(), &settings, &print_note)?;
+    let study = jury_combine::run(&judgments, labels.as_ref(), &settings, &print_note)?;
     let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     write(&study, out.staging_dir(), &args.files.out)?;
     let texts = crate::report::read_texts(settings.contexts())?;

@@ -1,6 +1,6 @@
 //! `jury run CONFIG`: one YAML experiment end to end. The runner (jury-runner) checks
 //! the config, judges through the durable cache (so a killed run resumes), writes every
-//! file and publishes them; this module parses, hands it jury-study's aggregation and
+//! file and publishes them; this module parses, hands it jury-combine's aggregation and
 //! jury-report's page, and prints.
 //!
 //! Relative paths in the config are relative to the directory `jury run` is started in.
@@ -13,7 +13,7 @@ use indicatif::MultiProgress;
 use jury_datasets::ContextStyle;
 use jury_runner::{JuryRun, OutputLayout, RunError};
 
-use jury_study::{AggregateOptions, Settings};
+use jury_combine::{AggregateOptions, Settings};
 
 use crate::aggregate;
 
@@ -65,7 +65,7 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
 }
 
 /// Runs an experiment returned by [`prepare`] (jury-runner's `run_experiment`), with
-/// jury-study's aggregation and jury-report's page.
+/// jury-combine's aggregation and jury-report's page.
 pub(crate) fn run((exp, settings): (Experiment, Settings)) -> Result<()> {
     // Contexts the run derives itself are staged with the rest; aggregation reads them there.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
@@ -104,7 +104,7 @@ fn print_judged(run: &JuryRun) {
     println!();
 }
 
-/// jury-study's aggregation and jury-report's page, as a run's last stages.
+/// jury-combine's aggregation and jury-report's page, as a run's last stages.
 struct StudyAggregation {
     settings: Settings,
     /// Whether the contexts file is the one the run writes (`prepare` named it).
@@ -128,7 +128,7 @@ impl jury_runner::Aggregation for StudyAggregation {
         if let Some(contexts) = staged {
             self.settings.read_contexts_from(contexts.to_owned());
         }
-        let study = jury_study::run(&run.judgments, Some(&run.labels), &self.settings, &aggregate::print_note)
+        let study = jury_combine::run(&run.judgments, Some(&run.labels), &self.settings, &aggregate::print_note)
             .map_err(|e| stage_error(e.into()))?;
         aggregate::write(&study, staging, out).map_err(stage_error)?;
         println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use jury_aggregate::{AdaptiveConfig, StoppingModel};
+use jury_combine::{AdaptiveSettings, adaptive_study, adaptive_table};
 use jury_io::{OutputDir, Owner, csv_field, layout, write_atomic};
 use jury_sim::{JuryConfig, simulate};
-use jury_study::{AdaptiveSettings, adaptive_study, adaptive_table};
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]

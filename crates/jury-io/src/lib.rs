@@ -22,8 +22,8 @@ pub use manifest::{
     ServerStats, VerdictTokenIds,
 };
 pub use metrics::{
-    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics, MethodMetrics,
-    Metrics, NeuralMetrics, OverSeeds,
+    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
+    MethodMetrics, Metrics, NeuralMetrics, OverSeeds,
 };
 pub use output::{OutputDir, OutputError, Owner};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};

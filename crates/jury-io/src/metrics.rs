@@ -288,7 +288,11 @@ mod tests {
             n_classes: 2,
             n_labeled: Some(5),
             recommended_method: "gauss".into(),
-            agreement: Some(AgreementMetrics { fleiss_kappa: Some(0.4), krippendorff_alpha: None, error_correlation: None }),
+            agreement: Some(AgreementMetrics {
+                fleiss_kappa: Some(0.4),
+                krippendorff_alpha: None,
+                error_correlation: None,
+            }),
             judges: named(vec![("a", JudgeMetrics { accuracy: Some(0.6), coverage: 1.0 })]),
             methods: named(vec![
                 ("mv", MethodMetrics::ContextFree(counting)),

@@ -1,4 +1,4 @@
-//! Reads back a study's predictions.csv (jury-study writes it): per method, each
+//! Reads back a study's predictions.csv (jury-combine writes it): per method, each
 //! example's posterior and hard label, for views that need more than metrics.json
 //! (a reliability diagram, the hardest examples).
 
@@ -49,7 +49,7 @@ fn columns(names: &[String]) -> Vec<Columns> {
     out
 }
 
-/// Reads predictions.csv as jury-study writes it.
+/// Reads predictions.csv as jury-combine writes it.
 pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;

@@ -10,7 +10,8 @@
 use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
-use crate::{kernels, kernels_grad};
+use crate::kernels;
+use crate::train::kernels_grad;
 
 /// The fields of a BERT `config.json` this encoder reads.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]

@@ -13,7 +13,8 @@ use candle_core::{D, DType, Module, Result, Tensor, bail};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
 use crate::bert::LayerNorm;
-use crate::{kernels, kernels_grad};
+use crate::kernels;
+use crate::train::kernels_grad;
 
 /// The fields of a GPT-2 `config.json` this encoder reads.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]

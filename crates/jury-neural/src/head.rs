@@ -12,8 +12,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
-use crate::adamw::FusedAdamW;
 use crate::config::TrainConfig;
+use crate::train::adamw::FusedAdamW;
 
 /// A `shape` matrix of uniform draws in [-scale, scale].
 pub(crate) fn init(rng: &mut ChaCha8Rng, shape: (usize, usize), scale: f64, dev: &Device) -> Result<Var, NeuralError> {

@@ -7,25 +7,23 @@
 //! files and `max_tokens` (so they can be cached on disk, keyed by those; the device
 //! changes them only by float rounding, so it is not part of the key).
 
-mod adamw;
 pub mod bert;
 mod config;
 mod embed_cache;
-pub mod finetune;
 #[cfg(test)]
 mod golden;
 pub mod gpt2;
 mod head;
 pub mod hub;
 mod kernels;
-mod kernels_grad;
 pub mod multiclass;
 pub mod paper_models;
+mod seeds;
 pub mod skill;
-mod study;
+mod train;
 
 pub use config::{ModelKind, Recipe, Schedule, TrainConfig};
-pub use study::{NeuralMethod, NeuralOptions, NeuralRun, Note, SeedRun, SkillInit, run_methods};
+pub use seeds::{NeuralMethod, NeuralOptions, NeuralRun, Note, SeedRun, SkillInit, run_methods};
 
 /// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an
 /// older implementation are not reused). 2: fused CPU kernels (`kernels`).

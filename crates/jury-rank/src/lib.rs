@@ -11,12 +11,12 @@
 
 mod eval;
 mod mca;
-mod study;
+mod reference;
 mod triplet;
 
 pub use eval::{Equality, Evaluation, NoisyEquality, Rouge2, rouge2_f};
 pub use mca::most_common_answer;
-pub use study::{
+pub use reference::{
     EvalSpec, MeanStd, ModelScore, PerMethod, RBO_P, RankMethod, RankReport, Ranked, ReferenceScore, SimOptions,
     SimRow, SimStudy, order_by, score_against_reference, simulate_study,
 };

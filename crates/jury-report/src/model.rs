@@ -13,11 +13,8 @@ use crate::{Inputs, ReportError, plots};
 /// The header's lines for an adaptive run: calls made and saved, the order with each
 /// judge's calls, and why the examples stopped.
 fn adaptive_facts(a: &ManifestAdaptive) -> Vec<(String, String)> {
-    let order: Vec<String> = a
-        .order
-        .iter()
-        .map(|name| format!("{name} ({})", a.calls_per_judge.get(name).copied().unwrap_or(0)))
-        .collect();
+    let order: Vec<String> =
+        a.order.iter().map(|name| format!("{name} ({})", a.calls_per_judge.get(name).copied().unwrap_or(0))).collect();
     let stops: Vec<String> = a.stops.iter().map(|(why, n)| format!("{why} {n}")).collect();
     vec![
         (
@@ -507,16 +504,17 @@ fn slope_plots(metrics: &Metrics, entries: &HashMap<&str, &JudgeMetrics>) -> Res
                 .filter_map(|(judge, s)| entries.get(judge.as_str()).and_then(|e| e.accuracy).map(|a| (a, s)))
                 .collect()
         };
-        let (what, points, pcc) = if let Some((slopes, pcc)) = m.neural().and_then(|n| Some((n.slopes.as_ref()?, n.slope_accuracy_pcc))) {
-            let points = against_accuracy(&mut slopes.0.iter().map(|(j, s)| (j, *s)));
-            ("learned slope".to_owned(), points, pcc.flatten())
-        } else if let Some(DiagnosticMetrics::Skills { skill, skills, .. }) = m.diagnostics() {
-            let points = against_accuracy(&mut skills.0.iter().filter_map(|(j, s)| s.map(|s| (j, s))));
-            let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
-            (skill.clone(), points, jury_metrics::pearson(&xs, &ys))
-        } else {
-            continue;
-        };
+        let (what, points, pcc) =
+            if let Some((slopes, pcc)) = m.neural().and_then(|n| Some((n.slopes.as_ref()?, n.slope_accuracy_pcc))) {
+                let points = against_accuracy(&mut slopes.0.iter().map(|(j, s)| (j, *s)));
+                ("learned slope".to_owned(), points, pcc.flatten())
+            } else if let Some(DiagnosticMetrics::Skills { skill, skills, .. }) = m.diagnostics() {
+                let points = against_accuracy(&mut skills.0.iter().filter_map(|(j, s)| s.map(|s| (j, s))));
+                let (xs, ys): (Vec<f64>, Vec<f64>) = points.iter().copied().unzip();
+                (skill.clone(), points, jury_metrics::pearson(&xs, &ys))
+            } else {
+                continue;
+            };
         if points.is_empty() {
             continue;
         }

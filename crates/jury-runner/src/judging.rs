@@ -24,8 +24,8 @@ use jury_cache::{Cache, CacheError, key};
 use jury_datasets::Example;
 use jury_io::{ManifestServer, PoolStats};
 use jury_judge::{
-    AnyJudge, EXTRACTION_RULE, Judge, JudgeConfig, JudgeError, ModelSource, Prompt, ServerJudge,
-    ServerJudgeConfig, ServerMode, Template, Verdict,
+    AnyJudge, EXTRACTION_RULE, Judge, JudgeConfig, JudgeError, ModelSource, Prompt, ServerJudge, ServerJudgeConfig,
+    ServerMode, Template, Verdict,
 };
 use jury_progress::LogProgress;
 

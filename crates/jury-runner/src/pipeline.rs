@@ -27,8 +27,13 @@ pub trait Aggregation {
     fn contexts_to_stage(&self) -> Option<ContextStyle>;
     /// Aggregates the judged run, writing its files into `staging` (published later as
     /// `out`); `staged_contexts` is the contexts file the run staged for it.
-    fn aggregate(&mut self, run: &JuryRun, staged_contexts: Option<&Path>, staging: &Path, out: &Path)
-    -> Result<(), RunError>;
+    fn aggregate(
+        &mut self,
+        run: &JuryRun,
+        staged_contexts: Option<&Path>,
+        staging: &Path,
+        out: &Path,
+    ) -> Result<(), RunError>;
     /// Writes the run's page into `staging`, once the manifest is there.
     fn report(&mut self, run: &JuryRun, staging: &Path) -> Result<(), RunError>;
 }
@@ -65,4 +70,3 @@ pub fn run_experiment<A: Serialize>(
 fn dequantized_weights() -> bool {
     std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some()
 }
-

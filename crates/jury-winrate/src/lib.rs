@@ -14,12 +14,12 @@
 
 mod bwrs;
 mod gibbs;
-mod study;
+mod pairs;
 
 pub use bwrs::{MIN_SLOPE, bwrs};
 pub use gibbs::{AccuracyPrior, bayesian_dawid_skene};
 pub use jury_core::Comparison;
-pub use study::{PairEstimate, PairProgress, Prior, StudyOptions, WinRateMethod, WinRateStudy, study};
+pub use pairs::{PairEstimate, PairProgress, Prior, StudyOptions, WinRateMethod, WinRateStudy, study};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -1,5 +1,5 @@
-//! The views of a study: metrics.json (typed [`Metrics`], serialised here and nowhere
-//! else), predictions.csv and the table printed to the terminal. Scores come from
+//! The views of a study: metrics.json (filled into `jury_io::Metrics`, the file's one
+//! record), predictions.csv and the table printed to the terminal. Scores come from
 //! jury-metrics; this module only lays out.
 
 use std::fmt::Write as _;
@@ -8,8 +8,8 @@ use std::path::Path;
 use jury_aggregate::Diagnostics;
 use jury_core::{Judgments, Labels, Posteriors};
 use jury_io::{
-    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics, MethodMetrics,
-    Metrics, Named, NeuralMetrics, OverSeeds, csv_field, write_atomic,
+    AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
+    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, csv_field, write_atomic,
 };
 use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
@@ -43,7 +43,10 @@ fn diagnostics(d: &Diagnostics, j: &Judgments) -> DiagnosticMetrics {
             converged: em.converged,
             log_likelihood: em.log_likelihood.last().copied(),
             class_prior: em.params.class_prior.clone(),
-            confusion: by_judge(j, em.params.confusion.iter().map(|c| (0..c.n_classes()).map(|t| c.row(t).to_vec()).collect())),
+            confusion: by_judge(
+                j,
+                em.params.confusion.iter().map(|c| (0..c.n_classes()).map(|t| c.row(t).to_vec()).collect()),
+            ),
             ties: em.ties,
             unjudged: em.unjudged,
         },

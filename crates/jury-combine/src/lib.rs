@@ -1,23 +1,23 @@
-//! An aggregation study over one judgments matrix: the methods its options name
-//! (AverageProb, MajorityVote, Dawid-Skene and the context-dependent ones of
-//! jury-neural), scored against labels when there are any, as typed results
-//! ([`Study`]) and the files they become (metrics.json and predictions.csv, named in
-//! `jury_io::layout`). `jury aggregate` and the end of `jury run` are this crate.
+//! Combines one judgments matrix by every method its options name (jury-aggregate's
+//! label-free methods and jury-neural's context-dependent ones), scored against labels
+//! when there are any, as typed results ([`Study`]) and the files they become
+//! (metrics.json as `jury_io::Metrics`, predictions.csv). `jury aggregate` and the end
+//! of `jury run` are this crate; the algorithms are not.
 //!
 //! Invariants: options are checked without reading any file; a study writes nothing
 //! until every method has run; labels only score (and, for the context-dependent
 //! methods, choose lambda and the epoch on each seed's dev set).
 
 mod adaptive;
+mod combine;
 mod options;
-mod report;
-mod study;
+mod views;
 
 use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
+pub use combine::{MethodRun, NeuralStudy, Study, run};
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
-pub use study::{MethodRun, NeuralStudy, Study, run};
 
 /// What a study could not do.
 #[derive(Debug, thiserror::Error)]

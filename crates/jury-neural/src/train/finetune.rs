@@ -21,16 +21,16 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use crate::adamw::FusedAdamW;
 use crate::config::Recipe;
 use crate::head::ContextModel;
 use crate::paper_models::PaperModel;
 use crate::skill::{JuryData, ModelKind, SkillModel, TrainConfig, tensors};
+use crate::train::adamw::FusedAdamW;
 use crate::{ComputeDevice, Encoder, NeuralError};
 
 /// Settings of the fine-tuned mode besides [`TrainConfig`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct FinetuneConfig {
+pub(crate) struct FinetuneConfig {
     pub encoder_lr: f64,
     pub max_tokens: usize,
     pub checkpoints: PathBuf,
@@ -149,7 +149,7 @@ impl Trainee<'_> {
 
 /// What a progress count is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Texts trained on (forward and backward).
     Train,
     /// Texts of epochs and batches found in checkpoints on resume: done, but not by this
@@ -161,7 +161,7 @@ pub enum Phase {
 
 /// What one epoch produced.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct EpochResult {
+pub(crate) struct EpochResult {
     /// P(positive) for every example.
     pub posteriors: Vec<f32>,
     /// The context model alone, s1 = P(positive | text), for every example: Crowdlayer's
@@ -199,7 +199,7 @@ fn read_optional(path: &Path) -> Result<Vec<f32>, NeuralError> {
 /// included (`None` for an epoch replayed from its checkpoint). `progress(phase, texts)` counts texts trained,
 /// those of epochs and batches found in checkpoints on resume, and, after each epoch
 /// trained here, texts scored for its posteriors.
-pub fn train(
+pub(crate) fn train(
     encoder_dir: &Path,
     texts: &[&str],
     jury: &JuryData,
