@@ -10,6 +10,7 @@
 pub mod bert;
 mod config;
 mod embed_cache;
+mod finetune;
 #[cfg(test)]
 mod golden;
 pub mod gpt2;

@@ -21,7 +21,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
 use crate::config::{ModelKind, TrainConfig};
-use crate::head::{self, Head, JudgeLogits};
+use crate::head::{Head, JudgeLogits};
+use crate::train;
 
 /// Judge outputs for C classes: `y[(n*k + j)*c + class]` = judge j's probability of
 /// `class` on example n; `present[n*k + j]` marks the available judgments.
@@ -140,11 +141,11 @@ impl MultiModel {
 
     /// Gradient norm of every trainable tensor for one loss evaluation (for tests).
     pub fn grad_norms(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Vec<f32>, NeuralError> {
-        head::grad_norms(&self.loss(x, y, mask, lambda)?, &self.vars())
+        train::grad_norms(&self.loss(x, y, mask, lambda)?, &self.vars())
     }
 }
 
-head::context_model!(MultiModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask, lambda));
+train::context_model!(MultiModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask, lambda));
 
 /// Training tensors: judge distributions [n, K, C] (Train-on-MV: the one-hot majority
 /// vote of the available judges' argmax votes [n, C], ties to the lowest class) and the
@@ -179,11 +180,11 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_epoch: impl FnMut(usize, f64, &MultiModel) -> Result<(), NeuralError>,
 ) -> Result<MultiModel, NeuralError> {
-    let mut rng = head::rng(cfg.seed);
+    let mut rng = train::rng(cfg.seed);
     let model = MultiModel::new(x.dim(1)?, jury.k, jury.c, cfg, &mut rng, x.device())?;
     let (y, mask) = tensors(jury, cfg.method, x.device())?;
     let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor, _: &mut ChaCha8Rng| model.loss(xb, yb, mb, cfg.lambda);
-    head::fit(x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
+    train::fit(x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }
 

@@ -27,6 +27,7 @@ use crate::NeuralError;
 use crate::config::{ModelKind, TrainConfig};
 use crate::head::{self, Head};
 use crate::skill::{JuryData, tensors};
+use crate::train;
 
 /// Bounds of a predicted judge output (the authors' clamp).
 const OUTPUT_BOUNDS: (f64, f64) = (1e-4, 1.0 - 1e-4);
@@ -216,7 +217,7 @@ impl PaperModel {
     }
 }
 
-head::context_model!(PaperModel, |m, x, y, mask, lambda, rng| m.loss(x, y, mask, lambda, rng));
+train::context_model!(PaperModel, |m, x, y, mask, lambda, rng| m.loss(x, y, mask, lambda, rng));
 
 /// Starting raw weights [w0 of every judge, then w1 of every judge]: P(b=1|c=0) =
 /// 1 - skill_init and P(b=1|c=1) = skill_init, or per judge from (p0, p1) estimates.
@@ -236,11 +237,11 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_epoch: impl FnMut(usize, f64, &PaperModel) -> Result<(), NeuralError>,
 ) -> Result<PaperModel, NeuralError> {
-    let mut rng = head::rng(cfg.seed);
+    let mut rng = train::rng(cfg.seed);
     let model = PaperModel::new(x.dim(1)?, jury.k, cfg, &mut rng, x.device())?;
     let (x, y, mask) = tensors(x, jury, cfg.method)?;
     let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor, rng: &mut ChaCha8Rng| model.loss(xb, yb, mb, cfg.lambda, rng);
-    head::fit(&x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
+    train::fit(&x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }
 
@@ -277,7 +278,7 @@ mod tests {
     #[test]
     fn skills_start_as_raw_weights_at_the_authors_values() {
         let x = Tensor::zeros((3, 4), DType::F32, &Device::Cpu).unwrap();
-        let mut rng = head::rng(0);
+        let mut rng = train::rng(0);
         let m = PaperModel::new(4, 2, &cfg(ModelKind::SkillAgg), &mut rng, &Device::Cpu).unwrap();
         let (w0, w1) = m.skills(&x).unwrap();
         assert_eq!((row(&w0), row(&w1)), (vec![0.3f32; 2], vec![0.7f32; 2]));
@@ -293,7 +294,7 @@ mod tests {
     /// bounds still gives a finite loss.
     #[test]
     fn predicted_outputs_are_clamped() {
-        let mut rng = head::rng(0);
+        let mut rng = train::rng(0);
         let m = PaperModel::new(2, 1, &cfg(ModelKind::SkillAgg), &mut rng, &Device::Cpu).unwrap();
         let Judges::Skills { w, .. } = &m.judges else { panic!() };
         w.set(&Tensor::new(&[[-3f32], [5.0]], &Device::Cpu).unwrap()).unwrap();
@@ -306,7 +307,7 @@ mod tests {
     /// per-context skills back into it (the encoder, when fine-tuned).
     #[test]
     fn no_gradient_reaches_the_context_from_the_x_skills() {
-        let mut rng = head::rng(0);
+        let mut rng = train::rng(0);
         let m = PaperModel::new(4, 3, &cfg(ModelKind::SkillAggX), &mut rng, &Device::Cpu).unwrap();
         let x = Var::from_tensor(&Tensor::ones((5, 4), DType::F32, &Device::Cpu).unwrap()).unwrap();
         let (c0, c1) = m.context_skills(x.as_tensor()).unwrap().unwrap();
@@ -345,7 +346,7 @@ mod tests {
     /// posterior is the bottleneck alone.
     #[test]
     fn crowdlayer_starts_at_the_identity_and_reads_s() {
-        let mut rng = head::rng(0);
+        let mut rng = train::rng(0);
         let m = PaperModel::new(4, 2, &cfg(ModelKind::Crowdlayer), &mut rng, &Device::Cpu).unwrap();
         let x = Tensor::ones((2, 4), DType::F32, &Device::Cpu).unwrap();
         let (w0, w1) = m.skills(&x).unwrap();
@@ -363,14 +364,14 @@ mod tests {
         let (x, y, present, _) = jury(64, &[(0.8, 0.8)], 2);
         let data = JuryData { n: 64, k: 1, y: &y, present: &present };
         let (x, yt, mt) = tensors(&x, &data, ModelKind::SkillAgg).unwrap();
-        let mut rng = head::rng(0);
+        let mut rng = train::rng(0);
         let m = PaperModel::new(6, 1, &cfg(ModelKind::SkillAgg), &mut rng, &Device::Cpu).unwrap();
-        let loss = |seed: u64| m.loss(&x, &yt, &mt, 0.1, &mut head::rng(seed)).unwrap().to_scalar::<f32>().unwrap();
+        let loss = |seed: u64| m.loss(&x, &yt, &mt, 0.1, &mut train::rng(seed)).unwrap().to_scalar::<f32>().unwrap();
         assert_eq!(loss(1), loss(1));
         assert_ne!(loss(1), loss(2));
         let plain = PaperModel { dropout: 0.0, ..m };
-        let a = plain.loss(&x, &yt, &mt, 0.1, &mut head::rng(1)).unwrap().to_scalar::<f32>().unwrap();
-        let b = plain.loss(&x, &yt, &mt, 0.1, &mut head::rng(2)).unwrap().to_scalar::<f32>().unwrap();
+        let a = plain.loss(&x, &yt, &mt, 0.1, &mut train::rng(1)).unwrap().to_scalar::<f32>().unwrap();
+        let b = plain.loss(&x, &yt, &mt, 0.1, &mut train::rng(2)).unwrap().to_scalar::<f32>().unwrap();
         assert_eq!(a, b);
     }
 }

@@ -17,9 +17,9 @@ use jury_core::{Judgments, Labels, Posteriors};
 use jury_metrics::Split;
 
 use crate::embed_cache::{EmbedSetup, embed_cached};
-use crate::head::ContextModel;
+use crate::finetune::{self, FinetuneConfig, Phase};
 use crate::skill::{self, JuryData};
-use crate::train::finetune::{self, FinetuneConfig, Phase};
+use crate::train::ContextModel;
 use crate::{ComputeDevice, ENCODER_REVISION, ModelKind, NeuralError, Recipe, TrainConfig, multiclass, paper_models};
 
 /// A context-dependent method as a user names it.

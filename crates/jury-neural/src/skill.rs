@@ -15,7 +15,8 @@ use candle_core::{Device, Tensor, Var};
 use rand_chacha::ChaCha8Rng;
 
 use crate::NeuralError;
-use crate::head::{self, Head, JudgeLogits};
+use crate::head::{Head, JudgeLogits};
+use crate::train;
 
 pub use crate::config::{ModelKind, TrainConfig};
 
@@ -131,11 +132,11 @@ impl SkillModel {
 
     /// Gradient norm of every trainable tensor for one loss evaluation (for tests).
     pub fn grad_norms(&self, x: &Tensor, y: &Tensor, mask: &Tensor, lambda: f64) -> Result<Vec<f32>, NeuralError> {
-        head::grad_norms(&self.loss(x, y, mask, lambda)?, &self.vars())
+        train::grad_norms(&self.loss(x, y, mask, lambda)?, &self.vars())
     }
 }
 
-head::context_model!(SkillModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask, lambda));
+train::context_model!(SkillModel, |m, x, y, mask, lambda, _rng| m.loss(x, y, mask, lambda));
 
 /// Tensors for training: contexts [n, h], targets [n, k] (Train-on-MV: [n, 1] majority
 /// vote) and mask [n, k].
@@ -172,11 +173,11 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_epoch: impl FnMut(usize, f64, &SkillModel) -> Result<(), NeuralError>,
 ) -> Result<SkillModel, NeuralError> {
-    let mut rng = head::rng(cfg.seed);
+    let mut rng = train::rng(cfg.seed);
     let model = SkillModel::new(x.dim(1)?, jury.k, cfg, &mut rng, x.device())?;
     let (x, y, mask) = tensors(x, jury, cfg.method)?;
     let loss = |xb: &Tensor, yb: &Tensor, mb: &Tensor, _: &mut ChaCha8Rng| model.loss(xb, yb, mb, cfg.lambda);
-    head::fit(&x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
+    train::fit(&x, &y, &mask, model.vars(), cfg, &mut rng, loss, |epoch, l| on_epoch(epoch, l, &model))?;
     Ok(model)
 }
 
@@ -303,14 +304,14 @@ pub(crate) mod tests {
         let (x, _, _, _) = jury(8, &[(0.8, 0.8)], 5);
         let start = vec![(0.9, 0.6), (0.3, 1.0)];
         let cfg = TrainConfig { judge_skills: Some(start), ..cfg(ModelKind::SkillAggX, 0.0, 0) };
-        let m = SkillModel::new(x.dim(1).unwrap(), 2, &cfg, &mut head::rng(0), &Device::Cpu).unwrap();
+        let m = SkillModel::new(x.dim(1).unwrap(), 2, &cfg, &mut train::rng(0), &Device::Cpu).unwrap();
         let (p0, p1) = m.skills(&Tensor::zeros((1, x.dim(1).unwrap()), DType::F32, &Device::Cpu).unwrap()).unwrap();
         let got: Vec<f32> = Tensor::cat(&[p0, p1], 1).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for (g, want) in got.iter().zip([0.9, 0.3, 0.6, crate::config::START_SKILL_BOUNDS.1]) {
             assert!((*g as f64 - want).abs() < 1e-5, "{got:?}");
         }
         let wrong = TrainConfig { judge_skills: Some(vec![(0.9, 0.9)]), ..cfg };
-        let err = SkillModel::new(x.dim(1).unwrap(), 2, &wrong, &mut head::rng(0), &Device::Cpu).err().unwrap();
+        let err = SkillModel::new(x.dim(1).unwrap(), 2, &wrong, &mut train::rng(0), &Device::Cpu).err().unwrap();
         assert!(err.to_string().contains("1 starting skills for 2 judges"), "{err}");
     }
 

@@ -22,9 +22,9 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Recipe;
-use crate::head::ContextModel;
 use crate::paper_models::PaperModel;
 use crate::skill::{JuryData, ModelKind, SkillModel, TrainConfig, tensors};
+use crate::train::ContextModel;
 use crate::train::adamw::FusedAdamW;
 use crate::{ComputeDevice, Encoder, NeuralError};
 
