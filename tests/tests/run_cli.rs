@@ -200,7 +200,11 @@ fn run_config_with_skillagg_writes_contexts_and_aggregates() {
     let m: Value = serde_json::from_str(&fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
     let acc = m["methods"]["skillagg"]["accuracy"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&acc), "{}", m["methods"]["skillagg"]);
-    assert!(fs::read_to_string(out.join("config.resolved.yaml")).unwrap().contains("contexts.csv"));
+    let resolved = out.join("config.resolved.yaml");
+    assert!(fs::read_to_string(&resolved).unwrap().contains("contexts.csv"));
+    // The resolved config, every default and null written out, is itself a config.
+    let again = Command::new(jury_bin()).args(["run", "--dry-run", resolved.to_str().unwrap()]).output().unwrap();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     // The run's report: its header from the manifest, every method's metrics.json
     // accuracy, the statements (the run's own contexts) beside the hardest examples.
     let html = fs::read_to_string(out.join("report.html")).unwrap();

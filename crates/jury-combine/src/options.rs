@@ -75,27 +75,36 @@ pub enum Method {
     SkillAggX,
 }
 
-impl Serialize for Method {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match clap::ValueEnum::to_possible_value(self) {
-            Some(v) => s.serialize_str(v.get_name()),
-            None => Err(serde::ser::Error::custom("a method without a name")),
+/// Serde for a `clap::ValueEnum` through its value names, so a name is spelled once
+/// (in `#[value(name)]`) for flags, configs and outputs alike.
+macro_rules! serde_by_value_name {
+    ($t:ty, $what:literal) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match clap::ValueEnum::to_possible_value(self) {
+                    Some(v) => s.serialize_str(v.get_name()),
+                    None => Err(serde::ser::Error::custom(concat!("a ", $what, " without a name"))),
+                }
+            }
         }
-    }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                <$t as clap::ValueEnum>::from_str(&name, false).map_err(|_| {
+                    let names: Vec<String> = <$t as clap::ValueEnum>::value_variants()
+                        .iter()
+                        .filter_map(|m| clap::ValueEnum::to_possible_value(m).map(|v| format!("`{}`", v.get_name())))
+                        .collect();
+                    serde::de::Error::custom(format!("unknown variant `{name}`, expected one of {}", names.join(", ")))
+                })
+            }
+        }
+    };
 }
 
-impl<'de> Deserialize<'de> for Method {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        <Method as clap::ValueEnum>::from_str(&name, false).map_err(|_| {
-            let names: Vec<String> = <Method as clap::ValueEnum>::value_variants()
-                .iter()
-                .filter_map(|m| clap::ValueEnum::to_possible_value(m).map(|v| format!("`{}`", v.get_name())))
-                .collect();
-            serde::de::Error::custom(format!("unknown variant `{name}`, expected one of {}", names.join(", ")))
-        })
-    }
-}
+serde_by_value_name!(Method, "method");
+serde_by_value_name!(RecipeName, "recipe");
 
 impl Method {
     /// The method `recommended` stands for on judgments with `n_classes` classes and
@@ -177,8 +186,8 @@ pub enum EncoderMode {
     Finetune,
 }
 
-/// Whose training recipe the context-dependent methods follow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+/// Whose training recipe the context-dependent methods follow (named as [`Method`]s are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RecipeName {
     /// The SkillAggregation authors' code: raw linear skills at 0.7 / 0.3, -X copying
     /// them from the detached context, Crowdlayer's identity confusion, dropout 0.1,
@@ -189,7 +198,6 @@ pub enum RecipeName {
     /// jury's settings before the paper recipe: sigmoid skills at 0.8, lr 1e-3, batch
     /// 256 (32 fine-tuned), 20 epochs, unit-length pooling, lambdas 0.01-1.
     #[value(name = "jury-v1")]
-    #[serde(rename = "jury-v1")]
     JuryV1,
 }
 
@@ -387,12 +395,16 @@ where
     D: Deserializer<'de>,
     T: serde::de::DeserializeOwned,
 {
+    list_of(serde_json::Value::deserialize(d)?)
+}
+
+fn list_of<T: serde::de::DeserializeOwned, E: serde::de::Error>(v: serde_json::Value) -> Result<Vec<T>, E> {
     use serde_json::Value;
     let entry = |v: Value| {
         let shown = v.to_string();
-        serde_json::from_value::<T>(v).map_err(|e| serde::de::Error::custom(format!("{shown}: {e}")))
+        serde_json::from_value::<T>(v).map_err(|e| E::custom(format!("{shown}: {e}")))
     };
-    match Value::deserialize(d)? {
+    match v {
         Value::Array(items) => items.into_iter().map(entry).collect(),
         Value::String(s) => s
             .split(',')
@@ -410,7 +422,10 @@ fn some_list<'de, D>(d: D) -> Result<Option<Vec<f64>>, D::Error>
 where
     D: Deserializer<'de>,
 {
-    one_or_list(d).map(Some)
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(None),
+        v => list_of(v).map(Some),
+    }
 }
 
 fn opt_as_text<S: Serializer, T: std::fmt::Display>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
@@ -420,12 +435,13 @@ fn opt_as_text<S: Serializer, T: std::fmt::Display>(v: &Option<T>, s: S) -> Resu
     }
 }
 
+/// [`from_text`] for an optional value (absent or null: `None`).
 fn opt_from_text<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: std::str::FromStr<Err = String>,
 {
-    from_text(d).map(Some)
+    Option::<TextForm>::deserialize(d)?.map(|f| f.text().parse().map_err(serde::de::Error::custom)).transpose()
 }
 
 fn as_text<S: Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
@@ -438,17 +454,24 @@ where
     D: Deserializer<'de>,
     T: std::str::FromStr<Err = String>,
 {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Form {
-        Text(String),
-        Number(f64),
+    TextForm::deserialize(d)?.text().parse().map_err(serde::de::Error::custom)
+}
+
+/// How [`from_text`] values are written.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TextForm {
+    Text(String),
+    Number(f64),
+}
+
+impl TextForm {
+    fn text(self) -> String {
+        match self {
+            Self::Text(s) => s,
+            Self::Number(x) => x.to_string(),
+        }
     }
-    let text = match Form::deserialize(d)? {
-        Form::Text(s) => s,
-        Form::Number(x) => x.to_string(),
-    };
-    text.parse().map_err(serde::de::Error::custom)
 }
 
 /// Everything the methods need besides the data, checked.
@@ -669,6 +692,24 @@ mod tests {
         assert_eq!(f.methods, vec![Method::Ds, Method::SkillAggX]);
         assert_eq!(f.device, ComputeDevice::Cuda(1));
         assert_eq!(f.ties, Ties::Negative);
+    }
+
+    /// What `jury run` writes as the resolved config names every choice as its flag
+    /// does, and reads back to the same options.
+    #[test]
+    fn written_options_name_choices_as_the_flags_do() {
+        for (recipe, ties, init) in [("paper", "positive", "mv"), ("jury-v1", "random", "random")] {
+            let f =
+                flags(&["--recipe", recipe, "--ties", ties, "--ds-init", init, "--methods", "recommended,skillagg-x"]);
+            let yaml = serde_yaml::to_string(&f).unwrap();
+            for line in [format!("recipe: {recipe}"), format!("ties: {ties}"), format!("ds_init: {init}")] {
+                assert!(yaml.lines().any(|l| l == line), "`{line}` not in\n{yaml}");
+            }
+            assert!(yaml.contains("- recommended\n- skillagg-x\n"), "{yaml}");
+            assert_eq!(serde_yaml::from_str::<AggregateOptions>(&yaml).unwrap(), f);
+        }
+        let err = serde_yaml::from_str::<AggregateOptions>("recipe: Paper\n").unwrap_err().to_string();
+        assert!(err.contains("`paper`, `jury-v1`"), "{err}");
     }
 
     /// Configs written before the lists were lists still read.
