@@ -151,7 +151,11 @@ fn assert_one_line_per_judgment(dir: &Path, n: usize) {
 fn server_judge_on_two_llama_servers_matches_the_in_process_judge() {
     let _one = lock();
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (llama_server(&qwen_gguf(), 1, 2), llama_server(&qwen_gguf(), 1, 2));
+    // Without their prompt cache the servers answer a prompt the same whatever came
+    // before it: with it, which of the four jurors' prompts a slot last held moves
+    // P(Yes) by up to 0.03 (the adaptive test below), as much as the tolerance here.
+    let no_cache = ["--no-cache-prompt"];
+    let (a, b) = (llama_server_with(&qwen_gguf(), 1, 2, &no_cache), llama_server_with(&qwen_gguf(), 1, 2, &no_cache));
     // A third juror asks the same servers in chat-generate mode (what a hosted API
     // without prefill gets): no tokenizer, the verdict read after the generated `[[`;
     // it has a prompt of its own (a variant of the experiment's). A fourth sends the
