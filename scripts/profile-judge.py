@@ -2,12 +2,10 @@
 """Groups a flat `perf report --sort dso,sym` (scripts/profile-judge) by what the code
 does and prints a table: share of the samples and CPU milliseconds per judgment.
 
-    profile-judge.py REPORT.txt JUDGMENTS SECONDS
+    profile-judge.py REPORT.txt JUDGMENTS SECONDS FREQUENCY
 """
 import re
 import sys
-
-FREQ = 499  # perf record -F in scripts/profile-judge
 
 # First match wins; symbols are Rust paths or C names, the dso is the file perf saw.
 GROUPS = [
@@ -16,7 +14,7 @@ GROUPS = [
     ("dense matmul (gemm f32 kernels)", r"gemm"),
     ("thread pool wait (rayon, futex, yield)", r"rayon|crossbeam|sched_yield|futex|parking_lot|std::thread|__lll|pthread_cond"),
     ("memory copy and fill", r"memcpy|memmove|memset|copy_strided|copy2d|slice_set|clone_in_cache|clone_out_cache"),
-    ("allocation and page faults", r"malloc|free|calloc|realloc|clear_page|page_fault|do_anonymous|alloc_pages|mmap|munmap|madvise|_raw_spin|lru_|folio|zap_|tlb"),
+    ("allocation and page faults", r"malloc|_int_free|\bfree\b|cfree|calloc|realloc|clear_page|page_fault|do_anonymous|alloc_pages|mmap|munmap|madvise|_raw_spin|lru_|folio|zap_|tlb"),
     ("softmax, norms, rope and other element-wise ops", r"softmax|exp|rms|rope|silu|unary|binary|affine|reduce|cpu_backend|candle_core|candle_nn|mistralrs_quant"),
     ("tokenizer and chat template", r"tokenizers|minijinja|onig|regex|fancy_regex|unicode"),
     ("mistral.rs engine and jury", r"mistralrs|jury|tokio"),
@@ -24,7 +22,7 @@ GROUPS = [
 
 
 def main():
-    report, judgments, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    report, judgments, secs, freq = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
     samples = None
     rows = []
     for line in open(report):
@@ -46,7 +44,7 @@ def main():
                 break
         else:
             totals["kernel, other" if kind == "k" else "other"] += pct
-    cpu_s = samples / FREQ
+    cpu_s = samples / freq
     print(f"{judgments} judgments in {secs:.0f} s: {1000 * secs / judgments:.0f} ms each (wall clock); "
           f"{samples} samples, {1000 * cpu_s / judgments:.0f} CPU ms per judgment")
     print("\n| where | share of samples | CPU ms per judgment |")
