@@ -107,12 +107,13 @@ fn the_default_methods_start_with_the_recommended_one() {
     let out = jury(&["aggregate", "--judgments", path_str(&j), "--out", path_str(&out_dir)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
-    assert_eq!(m["recommended_method"], "gauss");
+    assert_eq!(m["recommended_method"], "care-gauss");
     let names: Vec<&String> = m["methods"].as_object().unwrap().keys().collect();
-    assert_eq!(names, ["gauss", "avg", "mv", "ds"]);
-    assert!(m["methods"]["gauss"]["held_out_gain"].as_f64().is_some_and(f64::is_finite), "{}", m["methods"]["gauss"]);
+    assert_eq!(names, ["care-gauss", "avg", "mv", "ds"]);
+    let recommended = &m["methods"]["care-gauss"];
+    assert!(recommended["held_out_gain"].as_f64().is_some_and(f64::is_finite), "{recommended}");
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
-    assert!(predictions.starts_with("example_id,gauss_p,gauss_label,avg_p,"), "{predictions}");
+    assert!(predictions.starts_with("example_id,care-gauss_p,care-gauss_label,avg_p,"), "{predictions}");
 }
 
 #[test]
@@ -848,7 +849,7 @@ fn a_crowd_of_200000_judges_each_on_its_own_example_aggregates_and_reports() {
     assert_eq!(m["methods"]["mv"]["accuracy"].as_f64(), Some(1.0), "every vote is right");
     // Too many judges for the correlation-aware default: Dawid-Skene stands in.
     assert_eq!(m["recommended_method"], "ds");
-    assert!(m["methods"].get("gauss").is_none());
+    assert!(m["methods"].get("care-gauss").is_none());
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("The 30 judges with the most judgments of 200000"));
     assert!(report.len() < 2_000_000, "report of {} bytes", report.len());
@@ -881,7 +882,7 @@ fn simulate_adaptive_writes_the_replay() {
     assert!(calls < full, "{calls} of {full}");
     assert!((0.0..=1.0).contains(&a["accuracy"].as_f64().unwrap()));
     assert!((0.0..=1.0).contains(&a["full_accuracy"].as_f64().unwrap()));
-    assert_eq!(a["method"], "gauss", "the recommended model for two classes");
+    assert_eq!(a["method"], "gauss", "the default stopping model for two classes");
     assert_eq!(a["curve"].as_array().unwrap().len(), 2 * 3);
     let per_judge: u64 = a["calls_per_judge"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
     assert_eq!(per_judge, calls);

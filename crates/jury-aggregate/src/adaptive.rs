@@ -11,8 +11,8 @@
 //! open example asks the next judge in the order each round, and stops once it has at
 //! least `min_judges` answers and the model's probability that the judges left in the
 //! order would not change its verdict reaches the target, or when no judge is left.
-//! The model ([`StoppingModel`]) is the recommended label-free one: the correlated
-//! Gaussian for two classes (a judge of a family already asked is expected to agree with
+//! The model ([`StoppingModel`]) is by default the correlated Gaussian (`gauss`) for
+//! two classes (a judge of a family already asked is expected to agree with
 //! it), Dawid-Skene otherwise; the probability is a Monte Carlo estimate from the
 //! model's predictive distribution of the judges left, seeded per example and round.
 //! Chunk `c` starts in round `c + 1` with the model refitted on every judgment so far
@@ -38,8 +38,10 @@ use crate::{
 /// replay's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoppingModel {
-    /// The recommended label-free method: [`StoppingModel::Gauss`] for two classes and
-    /// at most [`MAX_CORRELATED_JUDGES`] judges, Dawid-Skene otherwise.
+    /// The recommended stopping model: [`StoppingModel::Gauss`] for two classes and at
+    /// most [`MAX_CORRELATED_JUDGES`] judges, Dawid-Skene otherwise. (The adaptive
+    /// settings were chosen with it; care-gauss, the recommended aggregation, has not
+    /// been measured as a stopping model.)
     #[default]
     Recommended,
     /// Dawid-Skene, each answer read as a vote for its most likely class.

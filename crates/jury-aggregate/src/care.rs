@@ -36,7 +36,7 @@ pub struct Care {
 impl Care {
     /// The default gamma (`jury aggregate --care-gamma`), chosen on HaluEval and half of
     /// TruthfulQA (docs/reproduction.md).
-    pub const DEFAULT_GAMMA: f64 = 10.0;
+    pub const DEFAULT_GAMMA: f64 = 50.0;
 
     pub fn new(ties: TieBreak) -> Self {
         Self { ties, gamma: Self::DEFAULT_GAMMA, max_iter: 5000, tol: 1e-6 }

@@ -10,12 +10,22 @@
 //! A missing judgment is imputed with the judge's class means weighted by the example's
 //! current posterior, so time is O(examples x judges^2) and memory O(judges^2) beyond
 //! the judgments.
+//!
+//! [`CareGaussian`] (`care-gauss`, the recommended default) starts the same EM from
+//! CARE's posteriors instead and keeps one covariance shared by both classes (a linear
+//! discriminant): CARE's weights follow the judges' shared quality factor even where
+//! most judges share a mistake, which Dawid-Skene's split follows, and a shared
+//! covariance, estimated from all examples, does not fit one class's hard verdicts
+//! to a near-singular matrix.
 
 use jury_core::Judgments;
 
 use crate::linalg::{cholesky, cholesky_solve, log_det, mahalanobis};
 use crate::special::{agreeing_share, softmax_in_place};
-use crate::{AggregateError, Aggregation, Aggregator, DawidSkene, DawidSkeneConfig, Diagnostics, SkillReport, finish};
+use crate::{
+    AggregateError, Aggregation, Aggregator, Care, DawidSkene, DawidSkeneConfig, Diagnostics, SkillReport, TieBreak,
+    finish,
+};
 
 /// Probabilities are clipped to [CLIP, 1 - CLIP] before their log-odds are taken, so a
 /// hard 0/1 verdict becomes about -6.9/+6.9 rather than infinite.
@@ -47,6 +57,25 @@ impl CorrelatedGaussian {
 
     pub fn new(ds: DawidSkeneConfig) -> Self {
         Self { ds, steps: Self::DEFAULT_STEPS }
+    }
+}
+
+/// Settings of CARE refined by a Gaussian with a covariance shared by the classes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CareGaussian {
+    /// The CARE fit it starts from; its `ties` also label the result.
+    pub care: Care,
+    /// EM steps of the Gaussian after CARE.
+    pub steps: usize,
+}
+
+impl CareGaussian {
+    /// The default EM steps, chosen on HaluEval and half of TruthfulQA with CARE's
+    /// default gamma (docs/reproduction.md).
+    pub const DEFAULT_STEPS: usize = 1;
+
+    pub fn new(ties: TieBreak) -> Self {
+        Self { care: Care::new(ties), steps: Self::DEFAULT_STEPS }
     }
 }
 
@@ -215,9 +244,29 @@ impl GaussParams {
 /// Which covariance a fit keeps.
 #[derive(Clone, Copy, PartialEq)]
 enum Covariance {
+    /// One full covariance per class.
     Full,
     /// Off-diagonal terms dropped: the judges independent given the class.
     Diagonal,
+    /// One full covariance for both classes: the classes' scatter pooled.
+    Pooled,
+    /// The pooled covariance's diagonal.
+    PooledDiagonal,
+}
+
+impl Covariance {
+    fn pooled(self) -> bool {
+        matches!(self, Covariance::Pooled | Covariance::PooledDiagonal)
+    }
+
+    fn keeps_off_diagonal(self) -> bool {
+        matches!(self, Covariance::Full | Covariance::Pooled)
+    }
+
+    /// The independent-judges counterpart, for the held-out gain.
+    fn diagonal(self) -> Covariance {
+        if self.pooled() { Covariance::PooledDiagonal } else { Covariance::Diagonal }
+    }
 }
 
 impl Aggregator for CorrelatedGaussian {
@@ -228,28 +277,95 @@ impl Aggregator for CorrelatedGaussian {
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
         let method = self.name();
         crate::check_correlated(method, j)?;
-        let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
-        let (model, t) = self.em(j, &x)?;
-        let judged = crate::judged_judges(j);
-        let skills = separation(&model.prior, &model.mean, &model.var)
-            .into_iter()
-            .zip(judged)
-            .map(|(s, judged)| s.filter(|_| judged))
-            .collect();
-        let mut report = SkillReport::new(
-            "separation of the judge's log-odds between the classes, in within-class standard deviations",
-            skills,
-            self.steps,
-            true,
-            None,
-        );
-        report.held_out_gain = held_out_gain(j, &x, &t)?;
-        let values: Vec<f64> = t.iter().flat_map(|&p| [1.0 - p, p]).collect();
-        let (labels, ties) = self.ds.ties.label_all(&values, 2);
-        report.ties = ties;
-        report.unjudged = (0..j.n_examples()).filter(|&n| j.row(n).len() == 0).count();
-        finish(method, 2, values, labels, Diagnostics::Skills(report))
+        check_steps(method, self.steps)?;
+        let start = positive_posteriors(&DawidSkene::new(self.ds).aggregate(j)?);
+        refine(method, j, start, self.steps, Covariance::Full, self.ds.ties)
     }
+}
+
+impl Aggregator for CareGaussian {
+    fn name(&self) -> &'static str {
+        "care-gauss"
+    }
+
+    fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
+        let method = self.name();
+        crate::check_correlated(method, j)?;
+        check_steps(method, self.steps)?;
+        let start = positive_posteriors(&self.care.aggregate(j)?);
+        refine(method, j, start, self.steps, Covariance::Pooled, self.care.ties)
+    }
+}
+
+fn check_steps(method: &'static str, steps: usize) -> Result<(), AggregateError> {
+    if steps == 0 {
+        return Err(AggregateError::Config { method, reason: "steps must be >= 1".into() });
+    }
+    Ok(())
+}
+
+fn positive_posteriors(a: &Aggregation) -> Vec<f64> {
+    a.posteriors().rows().map(|r| r[1]).collect()
+}
+
+/// `steps` EM steps of the Gaussians with covariance `cov` from the posteriors
+/// P(positive) `start`, as an aggregation of `method` with its diagnostics.
+fn refine(
+    method: &'static str,
+    j: &Judgments,
+    start: Vec<f64>,
+    steps: usize,
+    cov: Covariance,
+    ties: TieBreak,
+) -> Result<Aggregation, AggregateError> {
+    let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
+    let (model, t) = em(j, &x, start, steps, cov)?;
+    let judged = crate::judged_judges(j);
+    let skills = separation(&model.prior, &model.mean, &model.var)
+        .into_iter()
+        .zip(judged)
+        .map(|(s, judged)| s.filter(|_| judged))
+        .collect();
+    let mut report = SkillReport::new(
+        "separation of the judge's log-odds between the classes, in within-class standard deviations",
+        skills,
+        steps,
+        true,
+        None,
+    );
+    report.held_out_gain = held_out_gain(j, &x, &t, cov)?;
+    let values: Vec<f64> = t.iter().flat_map(|&p| [1.0 - p, p]).collect();
+    let (labels, ties) = ties.label_all(&values, 2);
+    report.ties = ties;
+    report.unjudged = (0..j.n_examples()).filter(|&n| j.row(n).len() == 0).count();
+    finish(method, 2, values, labels, Diagnostics::Skills(report))
+}
+
+/// `steps` EM steps of the Gaussians from the posteriors `t`: the last model and the
+/// posteriors P(positive) it gives.
+fn em(j: &Judgments, x: &[f64], mut t: Vec<f64>, steps: usize, cov: Covariance) -> Result<(Model, Vec<f64>), AggregateError> {
+    // An example no judge judged says nothing of the judges: imputed from the class
+    // means it would only shrink the covariances.
+    let all: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
+    let mut model = fit(j, x, &t, &all, cov)?;
+    t = posteriors(j, x, &t, &model);
+    for _ in 1..steps {
+        model = fit(j, x, &t, &all, cov)?;
+        t = posteriors(j, x, &t, &model);
+    }
+    Ok((model, t))
+}
+
+/// [`CorrelatedGaussian::fit`] and [`CareGaussian::fit`] from their start.
+fn fit_gaps(j: &Judgments, start: Vec<f64>, steps: usize, cov: Covariance) -> Result<GaussParams, AggregateError> {
+    let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
+    let rows: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
+    let mut params = GaussParams::from(fit_missing(j, &x, &start, &rows, cov)?);
+    for _ in 1..steps {
+        let t = params.positive(j);
+        params = GaussParams::from(fit_missing(j, &x, &t, &rows, cov)?);
+    }
+    Ok(params)
 }
 
 impl CorrelatedGaussian {
@@ -260,38 +376,20 @@ impl CorrelatedGaussian {
     /// judges. On judgments without gaps, the same model.
     pub fn fit(&self, j: &Judgments) -> Result<GaussParams, AggregateError> {
         crate::check_correlated(self.name(), j)?;
-        if self.steps == 0 {
-            return Err(AggregateError::Config { method: self.name(), reason: "steps must be >= 1".into() });
-        }
-        let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
-        let rows: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
-        let mut t: Vec<f64> = DawidSkene::new(self.ds).aggregate(j)?.posteriors().rows().map(|r| r[1]).collect();
-        let mut params = GaussParams::from(fit_missing(j, &x, &t, &rows)?);
-        for _ in 1..self.steps {
-            t = params.positive(j);
-            params = GaussParams::from(fit_missing(j, &x, &t, &rows)?);
-        }
-        Ok(params)
+        check_steps(self.name(), self.steps)?;
+        let start = positive_posteriors(&DawidSkene::new(self.ds).aggregate(j)?);
+        fit_gaps(j, start, self.steps, Covariance::Full)
     }
+}
 
-    /// Dawid-Skene, then `steps` EM steps of the Gaussians: the last model and the
-    /// posteriors P(positive) it gives.
-    fn em(&self, j: &Judgments, x: &[f64]) -> Result<(Model, Vec<f64>), AggregateError> {
-        if self.steps == 0 {
-            return Err(AggregateError::Config { method: self.name(), reason: "steps must be >= 1".into() });
-        }
-        let ds = DawidSkene::new(self.ds).aggregate(j)?;
-        let mut t: Vec<f64> = ds.posteriors().rows().map(|r| r[1]).collect();
-        // An example no judge judged says nothing of the judges: imputed from the class
-        // means it would only shrink the covariances.
-        let all: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
-        let mut model = fit(j, x, &t, &all, Covariance::Full)?;
-        t = posteriors(j, x, &t, &model);
-        for _ in 1..self.steps {
-            model = fit(j, x, &t, &all, Covariance::Full)?;
-            t = posteriors(j, x, &t, &model);
-        }
-        Ok((model, t))
+impl CareGaussian {
+    /// The fitted Gaussians (one shared covariance), for judgments with gaps, as
+    /// [`CorrelatedGaussian::fit`].
+    pub fn fit(&self, j: &Judgments) -> Result<GaussParams, AggregateError> {
+        crate::check_correlated(self.name(), j)?;
+        check_steps(self.name(), self.steps)?;
+        let start = positive_posteriors(&self.care.aggregate(j)?);
+        fit_gaps(j, start, self.steps, Covariance::Pooled)
     }
 }
 
@@ -363,13 +461,19 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
     }
     let total = (mass[0] + mass[1]).max(f64::MIN_POSITIVE);
     let prior = [(mass[0] / total).max(1e-9), (mass[1] / total).max(1e-9)];
+    if cov.pooled() {
+        let [s0, s1] = &mut scatter;
+        s0.iter_mut().zip(s1.iter()).for_each(|(a, b)| *a += b);
+        *s1 = s0.clone();
+    }
     let covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
         let s = &scatter[c];
+        let n = if cov.pooled() { mass[0] + mass[1] } else { mass[c] };
         let mut out = vec![0.0; m * m];
         for a in 0..m {
             for b in a..m {
-                let v = if mass[c] > 0.0 { s[a * m + b] / mass[c] } else { 0.0 };
-                if a == b || cov == Covariance::Full {
+                let v = if n > 0.0 { s[a * m + b] / n } else { 0.0 };
+                if a == b || cov.keeps_off_diagonal() {
                     out[a * m + b] = v;
                     out[b * m + a] = v;
                 }
@@ -414,9 +518,9 @@ const MISSING_ROUNDS: usize = 10;
 /// scatter (EM for a Gaussian with missing data). Filling gaps with the class means, as
 /// [`fit`] does, shrinks a judge's variance where it is often missing. Rows are grouped
 /// by the judges present, so the cost is O(patterns x judges^3 + rows x judges^2).
-fn fit_missing(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize]) -> Result<Model, AggregateError> {
+fn fit_missing(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> Result<Model, AggregateError> {
     let m = j.n_judges();
-    let mut model = fit(j, x, t, rows, Covariance::Full)?;
+    let mut model = fit(j, x, t, rows, cov)?;
     let mut patterns: rustc_hash::FxHashMap<Vec<usize>, Vec<usize>> = Default::default();
     for &n in rows {
         patterns.entry(j.row(n).map(|(k, _)| k).collect()).or_default().push(n);
@@ -465,7 +569,7 @@ fn fit_missing(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize]) -> Result<Mo
         }
         let mean: [Vec<f64>; 2] =
             std::array::from_fn(|c| first[c].iter().map(|s| s / mass[c].max(f64::MIN_POSITIVE)).collect());
-        let covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
+        let mut covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
             let mut out = vec![0.0; m * m];
             for a in 0..m {
                 for b in a..m {
@@ -476,6 +580,12 @@ fn fit_missing(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize]) -> Result<Mo
             }
             out
         });
+        if cov.pooled() {
+            let total = (mass[0] + mass[1]).max(f64::MIN_POSITIVE);
+            let pooled: Vec<f64> =
+                covs[0].iter().zip(&covs[1]).map(|(a, b)| (mass[0] * a + mass[1] * b) / total).collect();
+            covs = [pooled.clone(), pooled];
+        }
         model = factor(model.prior, mean, covs)?;
     }
     Ok(model)
@@ -571,15 +681,15 @@ fn separation(prior: &[f64; 2], mean: &[Vec<f64>; 2], var: &[Vec<f64>; 2]) -> Ve
 /// final posteriors on the even examples, the mean log-likelihood per odd example with
 /// every judge present, correlated model minus independent one (positive: the
 /// correlations predict unseen examples). `None` without such examples or with one judge.
-fn held_out_gain(j: &Judgments, x: &[f64], t: &[f64]) -> Result<Option<f64>, AggregateError> {
+fn held_out_gain(j: &Judgments, x: &[f64], t: &[f64], cov: Covariance) -> Result<Option<f64>, AggregateError> {
     let m = j.n_judges();
     let even: Vec<usize> = (0..j.n_examples()).step_by(2).collect();
     let odd: Vec<usize> = (1..j.n_examples()).step_by(2).filter(|&n| j.row(n).len() == m).collect();
     if m < 2 || odd.is_empty() {
         return Ok(None);
     }
-    let full = fit(j, x, t, &even, Covariance::Full)?;
-    let diag = fit(j, x, t, &even, Covariance::Diagonal)?;
+    let full = fit(j, x, t, &even, cov)?;
+    let diag = fit(j, x, t, &even, cov.diagonal())?;
     let (mut row, mut centred, mut scratch) = (vec![0.0; m], vec![0.0; m], vec![0.0; m]);
     let mut gain = 0.0;
     for &n in &odd {
@@ -602,6 +712,26 @@ mod tests {
 
     fn finite(a: &Aggregation) -> bool {
         a.posteriors().rows().all(|r| r.iter().all(|p| p.is_finite()))
+    }
+
+    #[test]
+    fn degenerate_juries_give_finite_posteriors_with_care_gauss_too() {
+        let (y, n) = (Some(0.9), Some(0.1));
+        let care_gauss = |rows: &[&[Option<f64>]]| CareGaussian::new(TieBreak::Positive).aggregate(&binary(rows)).unwrap();
+        let always = care_gauss(&[&[y, y, n], &[y, n, n], &[y, y, y], &[y, n, y], &[y, y, n], &[y, n, n]]);
+        assert!(finite(&always));
+        let single = care_gauss(&[&[y], &[n], &[y], &[Some(0.7)]]);
+        assert!(finite(&single));
+        assert_eq!(single.labels(), &[1, 0, 1, 1]);
+        let same = care_gauss(&[&[y, y, y], &[n, n, n], &[Some(0.6), Some(0.6), Some(0.6)], &[n, n, n]]);
+        assert!(finite(&same));
+        assert_eq!(same.labels(), &[1, 0, 1, 0]);
+        let sparse = care_gauss(&[&[y, None, n], &[None, None, None], &[n, n, None], &[y, y, y]]);
+        assert!(finite(&sparse));
+        // Hard verdicts only, as in the pairwise sets.
+        let (a, b) = (Some(1.0), Some(0.0));
+        let hard = care_gauss(&[&[a, a, b], &[b, b, b], &[a, None, a], &[b, a, b], &[a, a, a]]);
+        assert!(finite(&hard));
     }
 
     #[test]
@@ -675,7 +805,7 @@ mod tests {
         let rows: Vec<usize> = (0..6000).collect();
         let x = |j: &Judgments| -> Vec<f64> { j.entries().map(|(_, _, p)| log_odds(p[1])).collect() };
         let truth = fit(&complete, &x(&complete), &t, &rows, Covariance::Full).unwrap();
-        let missing = fit_missing(&gappy, &x(&gappy), &t, &rows).unwrap();
+        let missing = fit_missing(&gappy, &x(&gappy), &t, &rows, Covariance::Full).unwrap();
         let means = fit(&gappy, &x(&gappy), &t, &rows, Covariance::Full).unwrap();
         let var = |cov: &[f64]| cov[2 * 3 + 2];
         for c in 0..2 {
@@ -691,6 +821,19 @@ mod tests {
             Judgments::from_entries(vec!["e".into()], vec!["a".into()], 3, vec![Some(vec![0.2, 0.3, 0.5])]).unwrap();
         let err = CorrelatedGaussian::new(DawidSkeneConfig::default()).aggregate(&j).unwrap_err().to_string();
         assert!(err.contains("two classes") && !err.contains('\n'), "{err}");
+        let err = CareGaussian::new(TieBreak::Positive).aggregate(&j).unwrap_err().to_string();
+        assert!(err.starts_with("care-gauss: ") && err.contains("two classes") && !err.contains('\n'), "{err}");
+    }
+
+    /// care-gauss keeps one covariance for both classes, and on a full jury its fit for
+    /// gaps labels as its aggregation does.
+    #[test]
+    fn care_gauss_shares_its_covariance_and_fits_a_full_jury_as_it_aggregates() {
+        let j = copied_jury(400, |_, _, _| true);
+        let cg = CareGaussian::new(TieBreak::Positive);
+        let params = cg.fit(&j).unwrap();
+        assert_eq!(params.cov[0], params.cov[1]);
+        assert_eq!(params.labels(&j, TieBreak::Positive), cg.aggregate(&j).unwrap().labels());
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use adaptive::{
 pub use average::AverageProb;
 pub use care::Care;
 pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
-pub use gauss::{CorrelatedGaussian, GaussParams};
+pub use gauss::{CareGaussian, CorrelatedGaussian, GaussParams};
 pub use glad::Glad;
 pub use kos::Kos;
 pub use mace::Mace;
@@ -53,7 +53,7 @@ pub enum AggregateError {
     Internal { method: &'static str, source: CoreError },
 }
 
-/// The most judges the correlation-aware methods (care, gauss) take: they hold
+/// The most judges the correlation-aware methods (care, gauss, care-gauss) take: they hold
 /// judges x judges matrices and spend O(judges^2) per example, which a sparse crowd of
 /// thousands of judges cannot afford.
 pub const MAX_CORRELATED_JUDGES: usize = 500;

@@ -3,7 +3,7 @@
 //! better judges are independent. The correlation-aware methods must discount the family.
 
 use jury_aggregate::{
-    AdaptiveConfig, Aggregator, Care, CorrelatedGaussian, DawidSkene, DawidSkeneConfig, JudgeOrder, StoppingModel,
+    AdaptiveConfig, Aggregator, Care, CareGaussian, CorrelatedGaussian, DawidSkene, DawidSkeneConfig, JudgeOrder, StoppingModel,
     TieBreak, replay_adaptive,
 };
 use jury_core::{Judgments, Labels};
@@ -111,4 +111,21 @@ fn the_adaptive_jury_keeps_the_gaussians_verdicts_with_fewer_calls() {
     assert!(acc > full_acc - 0.02, "adaptive {acc} full {full_acc}");
     assert!(same >= 0.95, "{same} of the full jury's verdicts kept");
     assert!(r.calls < r.full_calls / 2, "{} of {} calls", r.calls, r.full_calls);
+}
+
+/// The recommended care-gauss starts from CARE, which here follows the family, and its
+/// shared-covariance Gaussian discounts the family as gauss's does: converged it
+/// recovers the jury; the default single step moves above Dawid-Skene.
+#[test]
+fn care_gauss_discounts_the_family_from_cares_start() {
+    for (missing, seed) in [(0.0, 1), (0.3, 2)] {
+        let (j, l) = jury(4000, 1.6, missing, seed);
+        let ds = acc(&DawidSkene::new(DawidSkeneConfig::default()), &j, &l);
+        let best = best_judge(&j, &l);
+        let converged = CareGaussian { steps: 30, ..CareGaussian::new(TieBreak::Positive) };
+        let recovered = acc(&converged, &j, &l);
+        assert!(recovered > best + 0.05, "missing {missing}: care-gauss {recovered} ds {ds} best {best}");
+        let one = acc(&CareGaussian::new(TieBreak::Positive), &j, &l);
+        assert!(one > ds, "missing {missing}: one step {one} ds {ds}");
+    }
 }

@@ -1,7 +1,7 @@
 //! Properties every aggregator must keep on arbitrary small juries with missing entries.
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, Care, ClassPrior, CorrelatedGaussian, DawidSkene, DawidSkeneConfig,
+    Aggregation, Aggregator, AverageProb, Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkene, DawidSkeneConfig,
     Diagnostics, EmInit, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak, Wawa, ZeroBasedSkill,
 };
 use jury_core::Judgments;
@@ -63,6 +63,7 @@ fn suite(n_classes: usize) -> Vec<Box<dyn Aggregator>> {
         v.push(Box::new(Kos::new(t)));
         v.push(Box::new(Care::new(t)));
         v.push(Box::new(CorrelatedGaussian::new(DawidSkeneConfig::default())));
+        v.push(Box::new(CareGaussian::new(t)));
     }
     v.push(Box::new(Mace { restarts: 2, n_iter: 20, ..Mace::new(t, 3) }));
     v

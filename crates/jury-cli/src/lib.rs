@@ -178,7 +178,7 @@ mod tests {
         assert!(
             line.contains(
                 "[possible values: recommended, avg, mv, ds, wawa, zbs, onecoin, glad, mace, mmsr, kos, care, gauss, \
-                 train-on-mv, crowdlayer, \
+                 care-gauss, train-on-mv, crowdlayer, \
                  skillagg-noreg, skillagg, skillagg-x]"
             ),
             "{line}"

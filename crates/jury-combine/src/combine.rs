@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, Care, CorrelatedGaussian, DawidSkene, Glad, Kos, Mace, MajorityVote, Mmsr,
+    Aggregation, Aggregator, AverageProb, Care, CareGaussian, CorrelatedGaussian, DawidSkene, Glad, Kos, Mace, MajorityVote, Mmsr,
     OneCoinDawidSkene, Wawa, ZeroBasedSkill,
 };
 use jury_core::{Judgments, Labels};
@@ -63,6 +63,10 @@ impl Settings {
             Method::Gauss => {
                 Some(Box::new(CorrelatedGaussian { steps: self.gauss_steps, ..CorrelatedGaussian::new(self.ds) }))
             }
+            Method::CareGauss => Some(Box::new(CareGaussian {
+                care: Care { gamma: self.care_gamma, ..Care::new(self.ties) },
+                steps: self.care_gauss_steps,
+            })),
             _ => None,
         }
     }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use jury_aggregate::{Care, ClassPrior, CorrelatedGaussian, DawidSkeneConfig, EmInit, TieBreak};
+use jury_aggregate::{Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkeneConfig, EmInit, TieBreak};
 use jury_neural::{ComputeDevice, NeuralMethod, NeuralOptions, Recipe, SkillInit};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -16,7 +16,7 @@ use crate::StudyError;
 /// each aggregator reports the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
-    /// The recommended default: gauss for two classes, ds for more (see
+    /// The recommended default: care-gauss for two classes, ds for more (see
     /// [`Method::recommended`]).
     #[value(name = "recommended")]
     Recommended,
@@ -58,6 +58,10 @@ pub enum Method {
     /// correlated errors, two classes.
     #[value(name = "gauss")]
     Gauss,
+    /// CARE refined by a Gaussian over the judges' log-odds with one covariance shared by
+    /// the classes, two classes (the recommended default).
+    #[value(name = "care-gauss")]
+    CareGauss,
     /// A context model trained on majority-vote labels (needs contexts and labels).
     #[value(name = "train-on-mv")]
     TrainOnMv,
@@ -108,11 +112,11 @@ serde_by_value_name!(RecipeName, "recipe");
 
 impl Method {
     /// The method `recommended` stands for on judgments with `n_classes` classes and
-    /// `n_judges` judges: the correlation-aware gauss for two classes and at most
+    /// `n_judges` judges: the correlation-aware care-gauss for two classes and at most
     /// `jury_aggregate::MAX_CORRELATED_JUDGES` judges (chosen on HaluEval and half of
     /// TruthfulQA, docs/reproduction.md), Dawid-Skene otherwise.
     pub fn recommended(n_classes: usize, n_judges: usize) -> Method {
-        if n_classes == 2 && n_judges <= jury_aggregate::MAX_CORRELATED_JUDGES { Method::Gauss } else { Method::Ds }
+        if n_classes == 2 && n_judges <= jury_aggregate::MAX_CORRELATED_JUDGES { Method::CareGauss } else { Method::Ds }
     }
 
     /// The context-dependent method this is, if it is one.
@@ -130,7 +134,8 @@ impl Method {
             | Method::Mmsr
             | Method::Kos
             | Method::Care
-            | Method::Gauss => None,
+            | Method::Gauss
+            | Method::CareGauss => None,
             Method::TrainOnMv => Some(NeuralMethod::TrainOnMv),
             Method::Crowdlayer => Some(NeuralMethod::Crowdlayer),
             Method::SkillAggNoReg => Some(NeuralMethod::SkillAggNoReg),
@@ -269,12 +274,16 @@ pub struct AggregateOptions {
     /// Dawid-Skene tolerance on parameter change; 0 runs exactly --ds-max-iter iterations.
     #[arg(long, default_value_t = 1e-6)]
     pub ds_tol: f64,
-    /// CARE's weight of the sparse part against the low-rank part (gamma).
+    /// CARE's weight of the sparse part against the low-rank part (gamma), for care and
+    /// care-gauss.
     #[arg(long, default_value_t = Care::DEFAULT_GAMMA)]
     pub care_gamma: f64,
     /// EM steps of gauss after its Dawid-Skene start.
     #[arg(long, default_value_t = CorrelatedGaussian::DEFAULT_STEPS)]
     pub gauss_steps: usize,
+    /// EM steps of care-gauss after its CARE start.
+    #[arg(long, default_value_t = CareGaussian::DEFAULT_STEPS)]
+    pub care_gauss_steps: usize,
     /// Example contexts for the context-dependent methods: example_id, text.
     #[arg(long)]
     pub contexts: Option<PathBuf>,
@@ -360,6 +369,7 @@ impl Default for AggregateOptions {
             ds_tol: 1e-6,
             care_gamma: Care::DEFAULT_GAMMA,
             gauss_steps: CorrelatedGaussian::DEFAULT_STEPS,
+            care_gauss_steps: CareGaussian::DEFAULT_STEPS,
             contexts: None,
             dev_size: 250,
             seeds: 5,
@@ -482,6 +492,7 @@ pub struct Settings {
     pub(crate) ds: DawidSkeneConfig,
     pub(crate) care_gamma: f64,
     pub(crate) gauss_steps: usize,
+    pub(crate) care_gauss_steps: usize,
     pub(crate) neural: Vec<NeuralMethod>,
     /// The context-dependent methods' settings, with the encoder as written until
     /// [`Settings::resolve_encoder`] finds it.
@@ -518,6 +529,9 @@ impl Settings {
         if a.gauss_steps == 0 {
             return Err(bad("--gauss-steps", "expected 1 or more".into()));
         }
+        if a.care_gauss_steps == 0 {
+            return Err(bad("--care-gauss-steps", "expected 1 or more".into()));
+        }
         if a.methods.is_empty() {
             return Err(bad("--methods", "is empty".into()));
         }
@@ -539,6 +553,7 @@ impl Settings {
             ds,
             care_gamma: a.care_gamma,
             gauss_steps: a.gauss_steps,
+            care_gauss_steps: a.care_gauss_steps,
             neural,
             neural_opts,
             contexts: a.contexts.clone(),
@@ -771,6 +786,7 @@ mod tests {
             (AggregateOptions { ds_tol: -1.0, ..neural.clone() }, "--ds-tol"),
             (AggregateOptions { care_gamma: 0.0, ..neural.clone() }, "--care-gamma"),
             (AggregateOptions { gauss_steps: 0, ..neural.clone() }, "--gauss-steps"),
+            (AggregateOptions { care_gauss_steps: 0, ..neural.clone() }, "--care-gauss-steps"),
             (AggregateOptions { methods: vec![], ..neural.clone() }, "--methods"),
         ] {
             let err = Settings::new(&bad).unwrap_err().to_string();
