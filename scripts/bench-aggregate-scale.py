@@ -1,7 +1,7 @@
 """Aggregation at scale (run through scripts/bench-aggregate-scale): writes the three
 judgments files, runs `jury aggregate --methods avg,mv,ds` on each and prints wall time
 and peak resident memory (median of three runs); then each of the other label-free
-methods alone on the dense and the sparse file, and care and gauss on the dense one (one
+methods alone on the dense and the sparse file, and care, gauss and care-gauss on the dense one (one
 run each)."""
 import os, random, shutil, subprocess, sys, tempfile
 
@@ -48,7 +48,7 @@ def long_line(path, size=128_000_000):
 SUITE = ["wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]
 # The correlation-aware methods refuse juries of over 500 judges (jury_aggregate::
 # MAX_CORRELATED_JUDGES), so they run on the dense file only.
-CORRELATED = ["care", "gauss"]
+CORRELATED = ["care", "gauss", "care-gauss"]
 
 
 def run(path, out, methods="avg,mv,ds"):

@@ -12,11 +12,11 @@
 //! the judgments.
 //!
 //! [`CareGaussian`] (`care-gauss`, the recommended default) starts the same EM from
-//! CARE's posteriors instead and keeps one covariance shared by both classes (a linear
-//! discriminant): CARE's weights follow the judges' shared quality factor even where
-//! most judges share a mistake, which Dawid-Skene's split follows, and a shared
-//! covariance, estimated from all examples, does not fit one class's hard verdicts
-//! to a near-singular matrix.
+//! CARE's posteriors instead and keeps one covariance shared by both classes, so its
+//! posterior is linear in the log-odds (a linear discriminant). Where most judges share
+//! one mistake, Dawid-Skene's split follows them and CARE's quality factor need not;
+//! a shared covariance is estimated from every example rather than from one class's
+//! share. The choice and its evidence: docs/reproduction.md.
 
 use jury_core::Judgments;
 
@@ -70,8 +70,8 @@ pub struct CareGaussian {
 }
 
 impl CareGaussian {
-    /// The default EM steps, chosen on HaluEval and half of TruthfulQA with CARE's
-    /// default gamma (docs/reproduction.md).
+    /// The default EM steps (`jury aggregate --care-gauss-steps`), chosen on HaluEval
+    /// and half of TruthfulQA with CARE's default gamma (docs/reproduction.md).
     pub const DEFAULT_STEPS: usize = 1;
 
     pub fn new(ties: TieBreak) -> Self {
@@ -343,7 +343,13 @@ fn refine(
 
 /// `steps` EM steps of the Gaussians from the posteriors `t`: the last model and the
 /// posteriors P(positive) it gives.
-fn em(j: &Judgments, x: &[f64], mut t: Vec<f64>, steps: usize, cov: Covariance) -> Result<(Model, Vec<f64>), AggregateError> {
+fn em(
+    j: &Judgments,
+    x: &[f64],
+    mut t: Vec<f64>,
+    steps: usize,
+    cov: Covariance,
+) -> Result<(Model, Vec<f64>), AggregateError> {
     // An example no judge judged says nothing of the judges: imputed from the class
     // means it would only shrink the covariances.
     let all: Vec<usize> = (0..j.n_examples()).filter(|&n| j.row(n).len() > 0).collect();
@@ -717,7 +723,8 @@ mod tests {
     #[test]
     fn degenerate_juries_give_finite_posteriors_with_care_gauss_too() {
         let (y, n) = (Some(0.9), Some(0.1));
-        let care_gauss = |rows: &[&[Option<f64>]]| CareGaussian::new(TieBreak::Positive).aggregate(&binary(rows)).unwrap();
+        let care_gauss =
+            |rows: &[&[Option<f64>]]| CareGaussian::new(TieBreak::Positive).aggregate(&binary(rows)).unwrap();
         let always = care_gauss(&[&[y, y, n], &[y, n, n], &[y, y, y], &[y, n, y], &[y, y, n], &[y, n, n]]);
         assert!(finite(&always));
         let single = care_gauss(&[&[y], &[n], &[y], &[Some(0.7)]]);

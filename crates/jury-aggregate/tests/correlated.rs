@@ -3,8 +3,8 @@
 //! better judges are independent. The correlation-aware methods must discount the family.
 
 use jury_aggregate::{
-    AdaptiveConfig, Aggregator, Care, CareGaussian, CorrelatedGaussian, DawidSkene, DawidSkeneConfig, JudgeOrder, StoppingModel,
-    TieBreak, replay_adaptive,
+    AdaptiveConfig, Aggregator, Care, CareGaussian, CorrelatedGaussian, DawidSkene, DawidSkeneConfig, JudgeOrder,
+    StoppingModel, TieBreak, replay_adaptive,
 };
 use jury_core::{Judgments, Labels};
 use jury_metrics::accuracy;

@@ -1,8 +1,9 @@
 //! Properties every aggregator must keep on arbitrary small juries with missing entries.
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkene, DawidSkeneConfig,
-    Diagnostics, EmInit, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak, Wawa, ZeroBasedSkill,
+    Aggregation, Aggregator, AverageProb, Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkene,
+    DawidSkeneConfig, Diagnostics, EmInit, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak, Wawa,
+    ZeroBasedSkill,
 };
 use jury_core::Judgments;
 use proptest::prelude::*;

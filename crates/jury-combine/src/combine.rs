@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, Care, CareGaussian, CorrelatedGaussian, DawidSkene, Glad, Kos, Mace, MajorityVote, Mmsr,
-    OneCoinDawidSkene, Wawa, ZeroBasedSkill,
+    Aggregation, Aggregator, AverageProb, Care, CareGaussian, CorrelatedGaussian, DawidSkene, Glad, Kos, Mace,
+    MajorityVote, Mmsr, OneCoinDawidSkene, Wawa, ZeroBasedSkill,
 };
 use jury_core::{Judgments, Labels};
 use jury_metrics::Split;
