@@ -441,11 +441,12 @@ fn server_judge_on_vllm_matches_the_in_process_judge_exactly_observed() {
 
 /// An adaptive run: two in-process judges and one on llama-server, a warm-up that every
 /// judge answers, then judges asked one at a time until the default stopping model
-/// (gauss) expects the judges left not to change a verdict. A run killed with SIGKILL at three
-/// moments and resumed each time asks no judge twice and ends with the same decisions
-/// and, byte for byte, the same judgments as an uninterrupted run: the server runs with
-/// `--no-cache-prompt`, without which a slot reuses the KV cache of the prompt before it
-/// and an answer depends on the request history (by up to 0.03 in P(Yes) here).
+/// (gauss) expects the judges left not to change a verdict. A run killed with SIGKILL at
+/// three moments and resumed each time asks no judge twice and ends with the same
+/// decisions and, byte for byte, the same judgments as an uninterrupted run: the server
+/// runs with `--no-cache-prompt`, without which a slot reuses the KV cache of the prompt
+/// before it and an answer depends on the request history (by up to 0.03 in P(Yes)
+/// here).
 #[test]
 fn adaptive_run_stops_early_and_resumes_to_the_same_judgments() {
     let _one = lock();
