@@ -3,8 +3,8 @@
 quoted in docs/reproduction.md: two stages, each by the same rule on the tuning sets
 (HaluEval with 10 and with 9 judges, TruthfulQA half a): at or above Dawid-Skene and
 every crowd-kit method on each tuning set, then the highest mean accuracy over them.
-The other columns (TruthfulQA half b, CivilComments, LLMBar, MT-Bench, PandaLM) are
-reported, not used.
+The other columns (TruthfulQA half b, CivilComments, LLMBar, MT-Bench, PandaLM,
+FairEval, LLMEval2) are reported, not used.
 
   python3 scripts/care-gauss-selection.py [ROOT [JURY]]
 
@@ -32,7 +32,7 @@ ROOT = sys.argv[1] if len(sys.argv) > 1 else "out/reproduce-crowd-table"
 JURY = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
     os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/jury-target")), "debug/jury-e2e")
 TUNING = ["halueval-10", "halueval-9", "truthfulqa-8a"]
-OTHERS = ["truthfulqa-8b", "civilcomments", "llmbar", "mt-bench", "pandalm"]
+OTHERS = ["truthfulqa-8b", "civilcomments", "llmbar", "mt-bench", "pandalm", "faireval", "llmeval2"]
 CROWD_KIT = ["ds", "wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]
 GAMMAS = ["0.5", "1", "2", "5", "10", "20", "50", "100", "200", "500", "1000"]
 
