@@ -304,6 +304,14 @@ fn check_steps(method: &'static str, steps: usize) -> Result<(), AggregateError>
     Ok(())
 }
 
+/// The model's own errors (from [`factor`]) named after the method that fitted it.
+fn named(method: &'static str) -> impl Fn(AggregateError) -> AggregateError {
+    move |e| match e {
+        AggregateError::Config { reason, .. } => AggregateError::Config { method, reason },
+        other => other,
+    }
+}
+
 fn positive_posteriors(a: &Aggregation) -> Vec<f64> {
     a.posteriors().rows().map(|r| r[1]).collect()
 }
@@ -319,7 +327,7 @@ fn refine(
     ties: TieBreak,
 ) -> Result<Aggregation, AggregateError> {
     let x: Vec<f64> = j.entries().map(|(_, _, p)| log_odds(p[1])).collect();
-    let (model, t) = em(j, &x, start, steps, cov)?;
+    let (model, t) = em(j, &x, start, steps, cov).map_err(named(method))?;
     let judged = crate::judged_judges(j);
     let skills = separation(&model.prior, &model.mean, &model.var)
         .into_iter()
@@ -333,7 +341,7 @@ fn refine(
         true,
         None,
     );
-    report.held_out_gain = held_out_gain(j, &x, &t, cov)?;
+    report.held_out_gain = held_out_gain(j, &x, &t, cov).map_err(named(method))?;
     let values: Vec<f64> = t.iter().flat_map(|&p| [1.0 - p, p]).collect();
     let (labels, ties) = ties.label_all(&values, 2);
     report.ties = ties;
@@ -384,7 +392,7 @@ impl CorrelatedGaussian {
         crate::check_correlated(self.name(), j)?;
         check_steps(self.name(), self.steps)?;
         let start = positive_posteriors(&DawidSkene::new(self.ds).aggregate(j)?);
-        fit_gaps(j, start, self.steps, Covariance::Full)
+        fit_gaps(j, start, self.steps, Covariance::Full).map_err(named(self.name()))
     }
 }
 
@@ -395,7 +403,7 @@ impl CareGaussian {
         crate::check_correlated(self.name(), j)?;
         check_steps(self.name(), self.steps)?;
         let start = positive_posteriors(&self.care.aggregate(j)?);
-        fit_gaps(j, start, self.steps, Covariance::Pooled)
+        fit_gaps(j, start, self.steps, Covariance::Pooled).map_err(named(self.name()))
     }
 }
 
