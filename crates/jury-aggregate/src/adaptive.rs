@@ -30,7 +30,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::gauss::GaussParams;
 use crate::{
-    AggregateError, Aggregator, CorrelatedGaussian, DawidSkene, DawidSkeneConfig, Diagnostics, DsParams,
+    AggregateError, Aggregator, CareGaussian, CorrelatedGaussian, DawidSkene, DawidSkeneConfig, Diagnostics, DsParams,
     MAX_CORRELATED_JUDGES,
 };
 
@@ -50,15 +50,19 @@ pub enum StoppingModel {
     /// judges that answered: a second judge of a family counts for what the family's
     /// correlation leaves.
     Gauss,
+    /// CARE refined by a Gaussian with one covariance shared by the classes
+    /// (`care-gauss`), marginalised to the judges that answered.
+    CareGauss,
 }
 
 impl StoppingModel {
     /// Every model by its name in configs and flags, which is its method's name in
     /// `jury aggregate`.
-    pub const ALL: [(&'static str, StoppingModel); 3] = [
+    pub const ALL: [(&'static str, StoppingModel); 4] = [
         ("recommended", StoppingModel::Recommended),
         ("ds", StoppingModel::DawidSkene),
         ("gauss", StoppingModel::Gauss),
+        ("care-gauss", StoppingModel::CareGauss),
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +96,7 @@ impl StoppingModel {
     pub fn labels(self, j: &Judgments, ds: DawidSkeneConfig) -> Result<Vec<usize>, AggregateError> {
         match self.resolve(j.n_classes(), j.n_judges()) {
             StoppingModel::Gauss => Ok(CorrelatedGaussian::new(ds).fit(j)?.labels(j, ds.ties)),
+            StoppingModel::CareGauss => Ok(CareGaussian::new(ds.ties).fit(j)?.labels(j, ds.ties)),
             _ => Ok(DawidSkene::new(ds).aggregate(j)?.labels().to_vec()),
         }
     }
@@ -489,6 +494,7 @@ impl AdaptivePlan {
         let revealed = self.revealed()?;
         match self.cfg.model.resolve(self.n_classes, self.judge_names.len()) {
             StoppingModel::Gauss => Ok(Fit::Gauss(CorrelatedGaussian::new(self.cfg.ds).fit(&revealed)?)),
+            StoppingModel::CareGauss => Ok(Fit::Gauss(CareGaussian::new(self.cfg.ds.ties).fit(&revealed)?)),
             _ => match DawidSkene::new(self.cfg.ds).aggregate(&revealed)?.diagnostics() {
                 Diagnostics::DawidSkene(report) => Ok(Fit::DawidSkene(report.params.clone())),
                 _ => {
@@ -770,11 +776,12 @@ mod tests {
             assert_eq!(r.calls_per_judge.iter().sum::<usize>(), r.calls);
             assert_eq!(r, replay_adaptive(j, &cfg, equal(j)).unwrap());
         }
-        // The default is the recommended model: the Gaussian for two classes.
+        // The default is the recommended stopping model: gauss for two classes.
         assert_eq!(AdaptiveConfig::default().model.resolve(2, 8), StoppingModel::Gauss);
         assert_eq!(AdaptiveConfig::default().model.resolve(3, 8), StoppingModel::DawidSkene);
         assert_eq!(StoppingModel::from_name("gauss"), Ok(StoppingModel::Gauss));
-        assert!(StoppingModel::from_name("mv").unwrap_err().contains("recommended, ds, gauss"));
+        assert_eq!(StoppingModel::from_name("care-gauss"), Ok(StoppingModel::CareGauss));
+        assert!(StoppingModel::from_name("mv").unwrap_err().contains("recommended, ds, gauss, care-gauss"));
     }
 
     /// A target of 1 is never reached: every example asks every judge, and the labels
@@ -783,7 +790,7 @@ mod tests {
     fn a_target_of_one_asks_every_judge_and_equals_the_full_run() {
         let sim = good_jury(5);
         let j = &sim.judgments;
-        for model in [StoppingModel::Gauss, StoppingModel::DawidSkene] {
+        for model in [StoppingModel::Gauss, StoppingModel::CareGauss, StoppingModel::DawidSkene] {
             let cfg = AdaptiveConfig { target: 1.0, model, ..AdaptiveConfig::default() };
             let r = replay_adaptive(j, &cfg, equal(j)).unwrap();
             assert_eq!(r.calls, r.full_calls);
@@ -794,6 +801,11 @@ mod tests {
             simulate(&JuryConfig { missing_rate: 0.0, ..JuryConfig::mixed_binary(400, 5) }).unwrap().judgments;
         let gauss = CorrelatedGaussian::new(DawidSkeneConfig::default()).aggregate(&complete).unwrap();
         assert_eq!(StoppingModel::Gauss.labels(&complete, DawidSkeneConfig::default()).unwrap(), gauss.labels());
+        let care_gauss = CareGaussian::new(crate::TieBreak::Positive).aggregate(&complete).unwrap();
+        assert_eq!(
+            StoppingModel::CareGauss.labels(&complete, DawidSkeneConfig::default()).unwrap(),
+            care_gauss.labels()
+        );
     }
 
     /// Each open example stops as soon as it is settled, never before `min_judges`
@@ -804,8 +816,9 @@ mod tests {
     fn stops_where_certain_never_before_the_minimum_nor_beyond_the_judges() {
         let sim = good_jury(7);
         let j = &sim.judgments;
-        for (min_judges, model) in
-            [1, 2, 3].into_iter().flat_map(|m| [(m, StoppingModel::Gauss), (m, StoppingModel::DawidSkene)])
+        for (min_judges, model) in [1, 2, 3]
+            .into_iter()
+            .flat_map(|m| [(m, StoppingModel::Gauss), (m, StoppingModel::CareGauss), (m, StoppingModel::DawidSkene)])
         {
             let cfg = AdaptiveConfig { min_judges, model, ..AdaptiveConfig::default() };
             let plan = drive(j, &cfg, JudgeOrder::ByCost(vec![1.0; 8]), &|_, _| false);

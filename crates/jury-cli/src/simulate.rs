@@ -54,7 +54,7 @@ struct AdaptiveArgs {
     #[arg(long, default_value_t = AdaptiveConfig::default().target)]
     target: f64,
     /// The model whose predictive stops examples and labels them: recommended (gauss
-    /// for two classes, ds otherwise), gauss or ds.
+    /// for two classes, ds otherwise), gauss, care-gauss or ds.
     #[arg(long, default_value = "recommended", value_parser = StoppingModel::from_name)]
     posterior: StoppingModel,
     /// Share of the examples every judge answers first (drawn by --seed).

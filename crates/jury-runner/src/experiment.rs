@@ -119,7 +119,7 @@ pub struct Adaptive {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order: Option<Vec<String>>,
     /// The model whose predictive stops examples: `recommended` (gauss for two classes),
-    /// `gauss` or `ds`.
+    /// `gauss`, `care-gauss` or `ds`.
     #[serde(with = "stopping_model")]
     pub posterior: StoppingModel,
 }
@@ -583,7 +583,10 @@ mod tests {
             ("adaptive: {order: [a, a]}", "`order` names `a` twice"),
             ("adaptive: {order: [b]}", "`order` leaves out judge `a`"),
             ("adaptive: {bogus: 1}", "unknown field `bogus`"),
-            ("adaptive: {posterior: mv}", "unknown stopping posterior `mv` (expected one of: recommended, ds, gauss)"),
+            (
+                "adaptive: {posterior: mv}",
+                "unknown stopping posterior `mv` (expected one of: recommended, ds, gauss, care-gauss)",
+            ),
         ] {
             let e = parse(&format!("{HEAD}{judges}{bad}\n")).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
