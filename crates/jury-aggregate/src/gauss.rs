@@ -728,29 +728,8 @@ mod tests {
         a.posteriors().rows().all(|r| r.iter().all(|p| p.is_finite()))
     }
 
-    #[test]
-    fn degenerate_juries_give_finite_posteriors_with_care_gauss_too() {
-        let (y, n) = (Some(0.9), Some(0.1));
-        let care_gauss =
-            |rows: &[&[Option<f64>]]| CareGaussian::new(TieBreak::Positive).aggregate(&binary(rows)).unwrap();
-        let always = care_gauss(&[&[y, y, n], &[y, n, n], &[y, y, y], &[y, n, y], &[y, y, n], &[y, n, n]]);
-        assert!(finite(&always));
-        let single = care_gauss(&[&[y], &[n], &[y], &[Some(0.7)]]);
-        assert!(finite(&single));
-        assert_eq!(single.labels(), &[1, 0, 1, 1]);
-        let same = care_gauss(&[&[y, y, y], &[n, n, n], &[Some(0.6), Some(0.6), Some(0.6)], &[n, n, n]]);
-        assert!(finite(&same));
-        assert_eq!(same.labels(), &[1, 0, 1, 0]);
-        let sparse = care_gauss(&[&[y, None, n], &[None, None, None], &[n, n, None], &[y, y, y]]);
-        assert!(finite(&sparse));
-        // Hard verdicts only, as in the pairwise sets.
-        let (a, b) = (Some(1.0), Some(0.0));
-        let hard = care_gauss(&[&[a, a, b], &[b, b, b], &[a, None, a], &[b, a, b], &[a, a, a]]);
-        assert!(finite(&hard));
-    }
-
-    #[test]
-    fn degenerate_juries_give_finite_posteriors() {
+    /// Degenerate juries through `run`: finite posteriors and the obvious labels.
+    fn check_degenerate_juries(run: impl Fn(&[&[Option<f64>]]) -> Aggregation) {
         let (y, n) = (Some(0.9), Some(0.1));
         // A judge that always says Yes next to two that vary.
         let always = run(&[&[y, y, n], &[y, n, n], &[y, y, y], &[y, n, y], &[y, y, n], &[y, n, n]]);
@@ -766,6 +745,16 @@ mod tests {
         // Missing judgments and an unjudged example.
         let sparse = run(&[&[y, None, n], &[None, None, None], &[n, n, None], &[y, y, y]]);
         assert!(finite(&sparse));
+        // Hard verdicts only, as in the pairwise sets.
+        let (a, b) = (Some(1.0), Some(0.0));
+        let hard = run(&[&[a, a, b], &[b, b, b], &[a, None, a], &[b, a, b], &[a, a, a]]);
+        assert!(finite(&hard));
+    }
+
+    #[test]
+    fn degenerate_juries_give_finite_posteriors() {
+        check_degenerate_juries(run);
+        check_degenerate_juries(|rows| CareGaussian::new(TieBreak::Positive).aggregate(&binary(rows)).unwrap());
     }
 
     /// Three judges' log-odds: `s + z` for judge 0, a near copy of it for judge 1, and
