@@ -21,6 +21,7 @@ jury's; started from ds with one step per class it is `gauss`, from CARE with on
 shared step `care-gauss`). Labels only score. Needs NumPy.
 """
 import csv
+import functools
 import importlib.util
 import os
 import subprocess
@@ -59,6 +60,7 @@ def method_accuracy(name, method):
 bar = {s: max(method_accuracy(s, m) for m in CROWD_KIT) for s in sets}
 
 
+@functools.cache
 def care_posteriors(gamma, name):
     """CARE's P(positive) at `gamma` on data set `name`, in predictions.csv's order."""
     # The TruthfulQA halves share one judgments file; CARE is fitted once on it.
@@ -105,14 +107,13 @@ header("start, covariance, steps")
 best = None
 for start in ["ds", "care"]:
     for shared in [False, True]:
+        # Posteriors after each step, per data set: step k continues from step k - 1.
+        t = {s: data[s][2]["ds"] if start == "ds" else care_posteriors(gamma, s) for s in sets}
         for steps in [1, 2, 3]:
             accuracies = {}
             for s in sets:
-                x, y, starts = data[s]
-                t = starts["ds"] if start == "ds" else care_posteriors(gamma, s)
-                for _ in range(steps):
-                    t, _ = check.step(x, t, shared)
-                accuracies[s] = check.accuracy(t, y)
+                t[s], _ = check.step(data[s][0], t[s], shared)
+                accuracies[s] = check.accuracy(t[s], data[s][1])
             label = f"{start}, {'shared' if shared else 'per class'}, {steps}"
             passes, mean = row(label, accuracies)
             if passes and (best is None or mean > best[1]):

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-ROOT = sys.argv[1] if len(sys.argv) > 1 and __name__ == "__main__" else "out/reproduce-crowd-table"
+ROOT = "out/reproduce-crowd-table"
 SETS = ["halueval-10", "halueval-9", "truthfulqa-8", "llmbar", "mt-bench", "pandalm"]
 STARTS = ["ds", "mace", "kos", "mmsr", "onecoin", "glad", "care", "mv", "zbs"]
 CLIP, RIDGE = 1e-3, 1e-3
@@ -121,4 +121,6 @@ def table():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        ROOT = sys.argv[1]
     table()

@@ -475,18 +475,12 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
     }
     let total = (mass[0] + mass[1]).max(f64::MIN_POSITIVE);
     let prior = [(mass[0] / total).max(1e-9), (mass[1] / total).max(1e-9)];
-    if cov.pooled() {
-        let [s0, s1] = &mut scatter;
-        s0.iter_mut().zip(s1.iter()).for_each(|(a, b)| *a += b);
-        *s1 = s0.clone();
-    }
-    let covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
+    let mut covs: [Vec<f64>; 2] = std::array::from_fn(|c| {
         let s = &scatter[c];
-        let n = if cov.pooled() { mass[0] + mass[1] } else { mass[c] };
         let mut out = vec![0.0; m * m];
         for a in 0..m {
             for b in a..m {
-                let v = if n > 0.0 { s[a * m + b] / n } else { 0.0 };
+                let v = if mass[c] > 0.0 { s[a * m + b] / mass[c] } else { 0.0 };
                 if a == b || cov.keeps_off_diagonal() {
                     out[a * m + b] = v;
                     out[b * m + a] = v;
@@ -495,7 +489,18 @@ fn fit(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covariance) -> 
         }
         out
     });
+    if cov.pooled() {
+        pool(&mut covs, mass);
+    }
     factor(prior, mean, covs)
+}
+
+/// Replaces both classes' covariances by their average weighted by the classes' masses
+/// (the pooled within-class covariance).
+fn pool(covs: &mut [Vec<f64>; 2], mass: [f64; 2]) {
+    let total = (mass[0] + mass[1]).max(f64::MIN_POSITIVE);
+    let pooled: Vec<f64> = covs[0].iter().zip(&covs[1]).map(|(a, b)| (mass[0] * a + mass[1] * b) / total).collect();
+    *covs = [pooled.clone(), pooled];
 }
 
 /// The model of these priors, means and covariances, each covariance with a small ridge
@@ -595,10 +600,7 @@ fn fit_missing(j: &Judgments, x: &[f64], t: &[f64], rows: &[usize], cov: Covaria
             out
         });
         if cov.pooled() {
-            let total = (mass[0] + mass[1]).max(f64::MIN_POSITIVE);
-            let pooled: Vec<f64> =
-                covs[0].iter().zip(&covs[1]).map(|(a, b)| (mass[0] * a + mass[1] * b) / total).collect();
-            covs = [pooled.clone(), pooled];
+            pool(&mut covs, mass);
         }
         model = factor(model.prior, mean, covs)?;
     }
