@@ -939,3 +939,132 @@ fn simulate_adaptive_writes_the_replay() {
     assert_eq!(bare.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bare.stderr).contains("needs --out DIR"));
 }
+
+/// Runs jury with `args`, killing it after 20 s so a read that blocks (a FIFO without a
+/// writer) fails the test instead of hanging it.
+fn jury_within_20_s(args: &[&str]) -> std::process::Output {
+    let child = std::process::Command::new(common::jury_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let guard = std::thread::spawn(move || {
+        if finished.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+            return true;
+        }
+        false
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    assert!(!guard.join().unwrap(), "jury {args:?} still ran after 20 s (killed)");
+    out
+}
+
+/// Only regular files are read, and none larger than `--max-input-size`: a FIFO given
+/// as judgments once blocked for ever and /dev/zero grew without end; both are refused
+/// at once naming the path and what it is, and a file over the limit names its size,
+/// the limit and the flag, which raises it.
+#[test]
+fn inputs_are_regular_files_within_the_size_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let fifo = dir.path().join("j.csv");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let out = jury_within_20_s(&["aggregate", "--judgments", path_str(&fifo), "--out", path_str(&out_dir)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("j.csv: cannot read: a FIFO (named pipe), not a regular file"), "{stderr}");
+    let good = dir.path().join("good.csv");
+    fs::write(&good, GOOD).unwrap();
+    let fifo_labels = [path_str(&good), "--labels", path_str(&fifo)];
+    let out =
+        jury_within_20_s(&[&["aggregate", "--judgments"], &fifo_labels[..], &["--out", path_str(&out_dir)]].concat());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a FIFO (named pipe), not a regular file"), "labels");
+    let zero = dir.path().join("zero.csv");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let e = expect_error(("j.csv", GOOD), None, &["--labels", path_str(&zero)]);
+    assert!(e.contains("zero.csv: cannot read: a character device, not a regular file"), "{e}");
+    assert!(!out_dir.exists());
+
+    // Refused one byte under its size, read under the default and a raised limit (the
+    // limit holds for the files the report reads back too, metrics.json among them).
+    let (size, under) = (GOOD.len().to_string(), (GOOD.len() - 1).to_string());
+    let e = expect_error(("j.csv", GOOD), None, &["--max-input-size", &under]);
+    let says = format!(
+        "j.csv: cannot read: {size} bytes, over the input size limit of {under} bytes; raise it with --max-input-size"
+    );
+    assert!(e.contains(&says), "{e}");
+    for limit in [None, Some("1M")] {
+        let out_dir = dir.path().join(format!("out-{limit:?}"));
+        let mut args = vec!["aggregate", "--judgments", path_str(&good), "--out", path_str(&out_dir)];
+        args.extend(limit.map(|l| ["--max-input-size", l]).into_iter().flatten());
+        let out = jury(&args);
+        assert!(out.status.success(), "{limit:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let e = expect_error(("j.csv", GOOD), None, &["--max-input-size", "lots"]);
+    assert!(e.contains("`lots` is not a size"), "{e}");
+}
+
+/// A judgments file whose every probability is empty once aggregated with exit 0 and an
+/// accuracy for every method; a judge without a single probability is named.
+#[test]
+fn judgments_without_a_single_probability_are_refused() {
+    let labels = Some("example_id,label\na,1\nb,0\n");
+    let e = expect_error(("j.csv", "example_id,judge,p\na,j1,\na,j2,\nb,j1,\nb,j2,\n"), labels, &[]);
+    assert!(e.contains("j.csv: holds no judgment: every probability is empty"), "{e}");
+    let e = expect_error(("j.csv", "example_id,judge,p\na,j1,0.9\na,j2,\nb,j1,0.2\nb,j2,\n"), labels, &[]);
+    assert!(e.contains("j.csv: judge `j2` has no judgment"), "{e}");
+}
+
+/// `jury report` refuses impossible values read back from a folder (an accuracy of 1e308
+/// was printed as 309 digits, a coverage of -7 as it was), naming the file and field,
+/// and names a damaged Parquet file as not Parquet rather than as text that is not UTF-8.
+#[test]
+fn report_refuses_impossible_values_and_names_a_corrupt_parquet_file() {
+    let dir = tempfile::tempdir().unwrap();
+    simulate(dir.path(), 300);
+    let (judgments, labels) = (dir.path().join("judgments.csv"), dir.path().join("labels.csv"));
+    let out_dir = dir.path().join("out");
+    let run = jury(&[
+        "aggregate",
+        "--judgments",
+        path_str(&judgments),
+        "--labels",
+        path_str(&labels),
+        "--methods",
+        "avg,mv",
+        "--out",
+        path_str(&out_dir),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let metrics = out_dir.join("metrics.json");
+    let good = fs::read_to_string(&metrics).unwrap();
+    let report = |judgments: &Path| {
+        jury(&["report", path_str(&out_dir), "--judgments", path_str(judgments), "--labels", path_str(&labels)])
+    };
+    for (field, value, says) in [
+        ("accuracy", 1e308, "field `judges.strong.accuracy`: 1e308 is not a number in [0, 1]"),
+        ("coverage", -7.0, "field `judges.strong.coverage`: -7.0 is not a number in [0, 1]"),
+    ] {
+        let mut m: Value = serde_json::from_str(&good).unwrap();
+        m["judges"]["strong"][field] = value.into();
+        fs::write(&metrics, m.to_string()).unwrap();
+        let out = report(&judgments);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("metrics.json: {says}")), "{stderr}");
+    }
+    fs::write(&metrics, &good).unwrap();
+    let parquet = dir.path().join("judgments.parquet");
+    fs::write(&parquet, b"PAR1\xff\xfe\x00 not parquet \x80\x81PAR1").unwrap();
+    let out = report(&parquet);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("judgments.parquet: cannot read: not a valid Parquet file"), "{stderr}");
+    assert!(report(&judgments).status.success());
+}

@@ -505,3 +505,111 @@ fn every_small_paper_config_runs_end_to_end() {
         assert!(out.join("report.html").is_file(), "{name}");
     }
 }
+
+/// A spreadsheet-formula example id is written to predictions.csv as text, as OWASP
+/// advises (a `'` in front, quoted), and read back as the original id by the report;
+/// a judge name with an OSC title sequence and an ESC reaches neither stdout nor stderr
+/// raw.
+#[test]
+fn formula_ids_are_text_in_csv_and_escapes_never_reach_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let formula = "=cmd|' /C calc'!A0";
+    let hostile = "j\u{1b}]0;pwned\u{7}";
+    let mut judgments = String::from("example_id,judge,p\n");
+    let mut labels = String::from("example_id,label\n");
+    for n in 0..20 {
+        let id = if n == 0 { format!("\"{formula}\"") } else { format!("e{n}") };
+        for (k, judge) in [hostile, "j2", "j3"].iter().enumerate() {
+            let p = if (n + k) % 5 == 0 { 0.3 } else { 0.8 };
+            judgments.push_str(&format!("{id},{judge},{p}\n"));
+        }
+        labels.push_str(&format!("{id},1\n"));
+    }
+    let (jpath, lpath, out_dir) =
+        (dir.path().join("judgments.csv"), dir.path().join("labels.csv"), dir.path().join("out"));
+    fs::write(&jpath, judgments).unwrap();
+    fs::write(&lpath, labels).unwrap();
+    let args = |out: &Path| {
+        vec![
+            "aggregate".to_owned(),
+            "--judgments".into(),
+            jpath.display().to_string(),
+            "--labels".into(),
+            lpath.display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+        ]
+    };
+    let run = |args: &[String]| jury(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(&args(&out_dir));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    assert!(predictions.contains("\n\"'=cmd|' /C calc'!A0\",1,"), "{predictions}");
+    assert!(!predictions.contains("\n=cmd"), "{predictions}");
+    assert!(stdout.contains("j\\x1b]0;pwned\\x07"), "{stdout}");
+    assert!(!stdout.contains(['\u{1b}', '\u{7}']) && !stderr.contains(['\u{1b}', '\u{7}']), "{stdout}{stderr}");
+    // The report reads predictions.csv back (with labels) and still renders.
+    let again = jury(&[
+        "report",
+        out_dir.to_str().unwrap(),
+        "--judgments",
+        jpath.to_str().unwrap(),
+        "--labels",
+        lpath.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    // An error quoting the hostile name (a duplicate row): escaped on stderr too.
+    let dup = dir.path().join("dup.csv");
+    fs::write(&dup, format!("example_id,judge,p\ne1,{hostile},0.5\ne1,{hostile},0.6\n")).unwrap();
+    let out =
+        jury(&["aggregate", "--judgments", dup.to_str().unwrap(), "--out", dir.path().join("o2").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\\x1b]0;pwned\\x07") && !stderr.contains(['\u{1b}', '\u{7}']), "{stderr:?}");
+}
+
+/// `jury simulate adaptive` writes only what it reads back: costs whose sum over the
+/// full jury passes the largest number are refused with a reason before anything is
+/// written (they became nulls that adaptive.json's reader, `jury report`, refused), and
+/// costs as large as still sum within range round-trip through `jury report`.
+#[test]
+fn simulate_adaptive_output_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = dir.path().join("sim");
+    let out = jury(&["simulate", "--examples", "300", "--seed", "5", "--out", sim.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let recorded = fs::read_to_string(sim.join("judgments.csv")).unwrap();
+    let mut judges: Vec<&str> = recorded.lines().skip(1).filter_map(|l| l.split(',').nth(1)).collect();
+    judges.sort_unstable();
+    judges.dedup();
+    let replay = |out: &Path, cost: &str| {
+        let mut args: Vec<String> = vec![
+            "simulate".into(),
+            "adaptive".into(),
+            "--judgments".into(),
+            sim.join("judgments.csv").display().to_string(),
+            "--labels".into(),
+            sim.join("labels.csv").display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+        ];
+        for judge in &judges {
+            args.extend(["--cost".to_owned(), format!("{judge}={cost}")]);
+        }
+        jury(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let too_big = dir.path().join("too-big");
+    let out = replay(&too_big, "1e308");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: --cost is too large") && stderr.lines().count() == 1, "{stderr}");
+    assert!(!too_big.join("adaptive.json").exists());
+    let fine = dir.path().join("fine");
+    let out = replay(&fine, "1e300");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let a: Value = serde_json::from_str(&fs::read_to_string(fine.join("adaptive.json")).unwrap()).unwrap();
+    assert!(a["full_cost"].as_f64().is_some_and(|c| c > 1e300 && c.is_finite()), "{a}");
+    let again = jury(&["report", fine.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+}

@@ -53,11 +53,177 @@ fn aggregate_refuses_a_folder_with_files_it_did_not_write_and_replaces_only_with
     assert_eq!(foreign.status.code(), Some(2));
     assert!(stderr(&foreign).contains("holds the output of `jury simulate`"), "{}", stderr(&foreign));
     assert!(!data.join("metrics.json").exists());
-    // Nothing but the published files and jury's own marker and lock remain.
+    // Nothing but the published files and jury's own marker remain (the lock file goes
+    // with the process that held it).
+    assert_eq!(listing(&out), [".jury-output.json", "metrics.json", "predictions.csv", "report.html"]);
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> =
-        fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names, [".jury-output.json", ".jury.lock", "metrics.json", "predictions.csv", "report.html"]);
+    names
+}
+
+/// `jury ARGS` started in `cwd`, with `$HOME` at `home` (never the real one).
+fn jury_at(cwd: &Path, home: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::jury_bin()).args(args).current_dir(cwd).env("HOME", home).output().unwrap()
+}
+
+/// `dir/exp.yaml` writing into `output` (as YAML gives it) with one server judge on a
+/// closed port and no model files: the dry run needs nothing more, and a run stops at
+/// its output folder before it asks the server anything.
+fn server_experiment(dir: &Path, output: &str) -> PathBuf {
+    let text = format!(
+        "name: outputs\n\
+         dataset: {{name: demo-facts, path: {data}, limit: 2}}\n\
+         prompt: {prompt}\n\
+         judges:\n  - name: s\n    server: {{base_urls: ['http://127.0.0.1:9'], model: m, retries: 0}}\n\
+         output: {output}\n",
+        data = repo_root().join("datasets/demo-facts.csv").display(),
+        prompt = demo_prompt().display(),
+    );
+    let path = dir.join("exp.yaml");
+    fs::write(&path, text).unwrap();
+    path
+}
+
+/// The current folder (however spelled), the home folder and an empty path are no
+/// output folders without --force (an empty path not even with it), and a folder holding
+/// files jury did not write is one only with --force, which removes none of them; a
+/// refused command leaves nothing behind, no lock file and no marker (issue 65, item 3).
+#[test]
+fn the_current_and_home_folders_and_folders_of_the_users_need_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    simulate(&data);
+    let (work, home) = (dir.path().join("work"), dir.path().join("home"));
+    fs::create_dir(&work).unwrap();
+    fs::create_dir(&home).unwrap();
+    fs::write(work.join("notes.txt"), "mine").unwrap();
+    let (j, l) = (data.join("judgments.csv"), data.join("labels.csv"));
+    let aggregate_in = |cwd: &Path, out: &str, extra: &[&str]| {
+        let mut args = vec!["aggregate", "--judgments", p(&j), "--labels", p(&l), "--methods", "mv", "--out", out];
+        args.extend(extra);
+        jury_at(cwd, &home, &args)
+    };
+    for out in [".", "./", p(&work), "../work"] {
+        let r = aggregate_in(&work, out, &[]);
+        assert_eq!(r.status.code(), Some(2), "{out}: {}", stderr(&r));
+        assert!(stderr(&r).contains("is the current folder") && stderr(&r).contains("--force"), "{}", stderr(&r));
+        assert_eq!(listing(&work), ["notes.txt"], "{out}: a refused command leaves nothing behind");
+    }
+    let r = aggregate_in(&work, p(&home), &[]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(stderr(&r).contains("is the home folder"), "{}", stderr(&r));
+    assert!(listing(&home).is_empty());
+    // `jury run` and its dry run the same, for `output: .` beside the experiment, and
+    // for an empty `output` even with --force (clap refuses an empty --out).
+    for (output, extra, want) in [(".", &[][..], ".: is the current folder"), ("''", &["--force"], "empty path")] {
+        server_experiment(&work, output);
+        for dry in [&[][..], &["--dry-run"]] {
+            let args = [&["run", "exp.yaml"][..], extra, dry].concat();
+            let args = &args[..];
+            let r = jury_at(&work, &home, args);
+            assert_eq!(r.status.code(), Some(2), "{args:?}: {}", stderr(&r));
+            assert!(stderr(&r).contains(want), "{args:?}: {}", stderr(&r));
+            assert_eq!(listing(&work), ["exp.yaml", "notes.txt"], "{args:?}");
+        }
+    }
+    // A folder of the user's: refused; with --force written beside their file, which
+    // stays; and refused again without it.
+    let mine = dir.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    fs::write(mine.join("notes.txt"), "mine").unwrap();
+    let r = aggregate_in(dir.path(), p(&mine), &[]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(stderr(&r).contains("holds notes.txt, which jury did not write"), "{}", stderr(&r));
+    assert_eq!(listing(&mine), ["notes.txt"]);
+    let r = aggregate_in(dir.path(), p(&mine), &["--force"]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    assert_eq!(listing(&mine), [".jury-output.json", "metrics.json", "notes.txt", "predictions.csv", "report.html"]);
+    assert_eq!(fs::read_to_string(mine.join("notes.txt")).unwrap(), "mine");
+    assert_eq!(aggregate_in(dir.path(), p(&mine), &[]).status.code(), Some(2));
+}
+
+/// A second `jury aggregate` on an output folder another is computing into is refused
+/// at once, naming the first's pid: the folder is taken before any input is read or
+/// method run (issue 65, item 10).
+#[test]
+fn a_second_aggregate_on_a_folder_being_computed_is_refused_at_once_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let sim = jury(&["simulate", "--examples", "200000", "--seed", "2", "--out", p(&data)]);
+    assert!(sim.status.success(), "{}", stderr(&sim));
+    let out = dir.path().join("out");
+    let (j, l) = (data.join("judgments.csv"), data.join("labels.csv"));
+    let args =
+        ["aggregate", "--judgments", p(&j), "--labels", p(&l), "--methods", "ds,glad,gauss,kos", "--out", p(&out)];
+    let mut first = std::process::Command::new(common::jury_bin())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lock = out.join(".jury.lock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !fs::read_to_string(&lock).is_ok_and(|t| t.contains(&format!("pid {}", first.id()))) {
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first finished before its output folder was seen locked: {}",
+            String::from_utf8_lossy(&first.wait_with_output().unwrap().stderr)
+        );
+        assert!(std::time::Instant::now() < deadline, "no lock while the first computes");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let second = jury(&args);
+    let still_computing = first.try_wait().unwrap().is_none();
+    assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains(&format!("in use by another jury process (pid {}", first.id())),
+        "{}",
+        stderr(&second)
+    );
+    assert!(still_computing, "the second was refused while the first was still computing");
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(out.join("metrics.json").is_file());
+}
+
+/// The dry run refuses every output the run refuses, with the same message, and
+/// creates nothing: a file, a folder below a file, a device, a folder no one may write
+/// in, a folder of the user's (which --force allows) (issue 65, item 11).
+#[test]
+fn the_dry_run_refuses_every_output_the_run_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.txt");
+    fs::write(&file, "mine").unwrap();
+    let below = file.join("out");
+    let mut cases = vec![(p(&file), "f.txt: is not a folder"), (p(&below), "f.txt: is not a folder")];
+    cases.push(("/dev/null", "/dev/null: is not a folder"));
+    if cfg!(target_os = "linux") {
+        cases.push(("/proc/self", "/proc/self: is not a folder jury may write in"));
+    }
+    for (output, want) in cases {
+        server_experiment(dir.path(), output);
+        let dry = jury_at(dir.path(), dir.path(), &["run", "--dry-run", "exp.yaml"]);
+        assert_eq!(dry.status.code(), Some(2), "{output}: {}", stderr(&dry));
+        assert!(stderr(&dry).contains(want), "{output}: {}", stderr(&dry));
+        let run = jury_at(dir.path(), dir.path(), &["run", "exp.yaml", "--force"]);
+        assert_eq!(stderr(&run), stderr(&dry), "{output}: the run refuses it the same way");
+    }
+    assert_eq!(listing(dir.path()), ["exp.yaml", "f.txt"]);
+    let mine = dir.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    fs::write(mine.join("notes.txt"), "mine").unwrap();
+    server_experiment(dir.path(), p(&mine));
+    let dry = jury_at(dir.path(), dir.path(), &["run", "--dry-run", "exp.yaml"]);
+    assert_eq!(dry.status.code(), Some(2), "{}", stderr(&dry));
+    assert!(stderr(&dry).contains("which jury did not write"), "{}", stderr(&dry));
+    let forced = jury_at(dir.path(), dir.path(), &["run", "--dry-run", "--force", "exp.yaml"]);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(listing(&mine), ["notes.txt"], "the dry run wrote nothing");
 }
 
 #[test]

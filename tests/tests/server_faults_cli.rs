@@ -359,3 +359,85 @@ fn an_oversized_answer_is_a_failure_row() {
     assert!(fails.len() == 2 && fails[1].contains("over 16 MiB"), "{fails:?}");
     assert_eq!(huge.load(Ordering::SeqCst), 1, "asked once, not retried");
 }
+
+/// A fake judge answering example `item N` of [`adaptive_experiment`]'s data set: right
+/// with probability 0.85, except on the examples where `(N + k) % 4 == 0`, which judge
+/// `k` gets wrong, so the judges disagree and the adaptive rule has work to do. From
+/// its second chat request on, a share `bad` of its answers (drawn from `seed` and the
+/// request's number) are not JSON.
+fn flaky_judge(k: usize, bad: f64, seed: u64) -> (FakeServer, Arc<AtomicUsize>) {
+    let chats = Arc::new(AtomicUsize::new(0));
+    let counted = chats.clone();
+    let server = FakeServer::start(routes("m", "/model", move |r: &Request| {
+        let n = counted.fetch_add(1, Ordering::SeqCst) as u64;
+        // splitmix64 of (seed, n): the same faults for the same seed, whatever the timing.
+        let mut z = seed.wrapping_mul(1_000_003).wrapping_add(n).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let uniform = (z >> 11) as f64 / (1u64 << 53) as f64;
+        if n > 0 && uniform < bad {
+            return Reply::json(200, r#"{"choices": [{"index": 0, "logpr"#);
+        }
+        let item = r.body.split("item ").nth(1).and_then(|t| {
+            let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<usize>().ok()
+        });
+        let p = match item {
+            Some(i) => {
+                let right = !(i + k).is_multiple_of(4);
+                if i.is_multiple_of(2) == right { 0.85 } else { 0.15 }
+            }
+            None => 0.9,
+        };
+        chat_answer(&[("Yes", f64::ln(p)), ("No", f64::ln(1.0 - p))])
+    }));
+    (server, chats)
+}
+
+/// 60 statements `item N` (true for even N) judged by three fake server judges with an
+/// `adaptive:` section of `seed`; output in `dir/out`.
+fn adaptive_experiment(dir: &Path, urls: &[String], seed: u64) -> PathBuf {
+    let statements: Vec<String> = (0..60).map(|i| format!("item {i}")).collect();
+    let data = dataset(dir, &statements.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut judges: String = urls.iter().enumerate().map(|(k, url)| judge(&format!("j{k}"), url, "m", "")).collect();
+    judges.push_str(&format!("adaptive: {{target: 0.99, min_judges: 1, warmup: 0.2, seed: {seed}}}\n"));
+    experiment(dir, &data, &judges)
+}
+
+/// An adaptive run treats a bad answer as a full run does: the probe is sent once per
+/// run, not once per round, and an example that fails is a failure row, even in a round
+/// where the judge was asked only that example. With every judge answering badly at
+/// random it finishes on five seeds at 10% bad answers and on three at 20%; failures.csv
+/// lists every bad answer and the manifest counts every request of the run (issue 65,
+/// items 1 and 9).
+#[test]
+fn an_adaptive_run_survives_bad_answers_as_a_full_run_does() {
+    for (bad, seeds) in [(0.1, 0..5u64), (0.2, 5..8)] {
+        for seed in seeds {
+            let judges: Vec<(FakeServer, Arc<AtomicUsize>)> =
+                (0..3).map(|k| flaky_judge(k, bad, 10 * seed + k as u64)).collect();
+            let urls: Vec<String> = judges.iter().map(|(s, _)| s.url()).collect();
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = adaptive_experiment(dir.path(), &urls, seed);
+            let out = run(&cfg, &[]);
+            assert!(out.status.success(), "{bad} bad, seed {seed}: {}", text(&out));
+            let fails = lines(&dir.path().join("out/failures.csv"));
+            assert!(fails[1..].iter().all(|f| f.contains("not JSON")), "{fails:?}");
+            let manifest: serde_json::Value =
+                serde_json::from_str(&fs::read_to_string(dir.path().join("out/manifest.json")).unwrap()).unwrap();
+            let rounds = manifest["adaptive"]["rounds"].as_u64().unwrap();
+            assert!(rounds > 2, "seed {seed}: {rounds} rounds");
+            for (k, (server, chats)) in judges.iter().enumerate() {
+                let probes = server.requests().iter().filter(|r| r.body.contains("Say Yes.")).count();
+                assert_eq!(probes, 1, "judge j{k}: one probe per run, seed {seed}");
+                let name = format!("j{k}");
+                let entry = manifest["judges"].as_array().unwrap().iter().find(|j| j["name"] == *name).unwrap();
+                let ok = entry["server"]["stats"]["servers"][0]["ok"].as_u64().unwrap() as usize;
+                assert_eq!(ok, chats.load(Ordering::SeqCst), "j{k}: every request counted, seed {seed}");
+                let failed = fails[1..].iter().filter(|f| f.contains(&format!(",{name},"))).count();
+                assert_eq!(entry["failed"].as_u64().unwrap() as usize, failed, "j{k}, seed {seed}");
+            }
+        }
+    }
+}

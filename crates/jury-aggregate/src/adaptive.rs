@@ -302,6 +302,13 @@ impl AdaptivePlan {
         if n_examples == 0 || k == 0 {
             return Err(AggregateError::Empty { method: "adaptive" });
         }
+        if cfg.min_judges > k {
+            let s = if k == 1 { "" } else { "s" };
+            return Err(bad(format!(
+                "min_judges is {} but the jury has {k} judge{s}: no example could ever stop early",
+                cfg.min_judges
+            )));
+        }
         match &order_rule {
             JudgeOrder::Given(order) if order.iter().any(|&j| j >= k) => {
                 return Err(bad(format!("the order names judge {} of {k}", order.iter().max().unwrap_or(&0))));
@@ -930,17 +937,21 @@ mod tests {
             AdaptiveConfig { target: 0.0, ..AdaptiveConfig::default() },
             AdaptiveConfig { warmup: 1.5, ..AdaptiveConfig::default() },
             AdaptiveConfig { min_judges: 0, ..AdaptiveConfig::default() },
+            AdaptiveConfig { min_judges: sim.judgments.n_judges() + 1, ..AdaptiveConfig::default() },
         ] {
             let e = replay_adaptive(&sim.judgments, &cfg, equal(&sim.judgments)).unwrap_err().to_string();
             assert!(e.contains("adaptive") && !e.contains('\n'), "{e}");
         }
+        let over = AdaptiveConfig { min_judges: 3, ..AdaptiveConfig::default() };
+        let e = AdaptivePlan::new(3, vec!["a".into(), "b".into()], 2, &over, JudgeOrder::Given(vec![0, 1]));
+        assert!(e.unwrap_err().to_string().contains("min_judges is 3 but the jury has 2 judges"));
         for costs in [vec![1.0], vec![1.0, 0.0], vec![1.0, f64::NAN]] {
             let names = vec!["a".into(), "b".into()];
             let e = AdaptivePlan::new(3, names, 2, &AdaptiveConfig::default(), JudgeOrder::ByCost(costs));
             assert!(e.unwrap_err().to_string().contains("positive number"));
         }
-        let mut plan =
-            AdaptivePlan::new(3, vec!["a".into()], 2, &AdaptiveConfig::default(), JudgeOrder::Given(vec![0])).unwrap();
+        let one = AdaptiveConfig { min_judges: 1, ..AdaptiveConfig::default() };
+        let mut plan = AdaptivePlan::new(3, vec!["a".into()], 2, &one, JudgeOrder::Given(vec![0])).unwrap();
         assert!(plan.answer(&[vec![]]).is_err(), "answers before a round");
         plan.round().unwrap();
         let e = plan.answer(&[vec![]]).unwrap_err().to_string();

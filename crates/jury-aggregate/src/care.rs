@@ -89,7 +89,7 @@ impl Aggregator for Care {
             let p1 = if den.abs() > 1e-9 * size && size > 0.0 { sigmoid(num / den) } else { 0.5 };
             values.extend([1.0 - p1, p1]);
         }
-        let (labels, ties) = self.ties.label_all(&values, 2);
+        let (labels, ties) = self.ties.label_by_sides(&values, j);
         let skills = weights
             .iter()
             .zip(crate::judged_judges(j))

@@ -139,7 +139,7 @@ impl DawidSkene {
         check_params(params, j)?;
         let votes = Votes::new(j);
         let values = votes.expand(&e_step(&votes, &Flat::of(params)).0);
-        let (labels, ties) = TieBreak::Negative.label_all(&values, j.n_classes());
+        let (labels, ties) = TieBreak::Negative.label_by_sides(&values, j);
         finish("ds", j.n_classes(), values, labels, Diagnostics::Counting { ties, unjudged: 0 })
     }
 
@@ -201,7 +201,7 @@ impl Aggregator for DawidSkene {
             }
         }
         let posteriors = votes.expand(&posteriors);
-        let (labels, ties) = cfg.ties.label_all(&posteriors, c);
+        let (labels, ties) = cfg.ties.label_by_sides(&posteriors, j);
         let params = params.params(c);
         let report = EmReport { iterations: trace.len(), converged, log_likelihood: trace, params, unjudged, ties };
         finish(self.name(), c, posteriors, labels, Diagnostics::DawidSkene(report))

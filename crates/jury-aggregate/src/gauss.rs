@@ -229,7 +229,7 @@ impl GaussParams {
     /// Every example's label by [`GaussParams::posterior`], ties by `ties`.
     pub fn labels(&self, j: &Judgments, ties: crate::TieBreak) -> Vec<usize> {
         let values: Vec<f64> = self.positive(j).into_iter().flat_map(|p| [1.0 - p, p]).collect();
-        ties.label_all(&values, 2).0
+        ties.label_by_sides(&values, j).0
     }
 
     /// Each judge's separation of the classes, as [`CorrelatedGaussian`]'s skills
@@ -343,7 +343,7 @@ fn refine(
     );
     report.held_out_gain = held_out_gain(j, &x, &t, cov).map_err(named(method))?;
     let values: Vec<f64> = t.iter().flat_map(|&p| [1.0 - p, p]).collect();
-    let (labels, ties) = ties.label_all(&values, 2);
+    let (labels, ties) = ties.label_by_sides(&values, j);
     report.ties = ties;
     report.unjudged = (0..j.n_examples()).filter(|&n| j.row(n).len() == 0).count();
     finish(method, 2, values, labels, Diagnostics::Skills(report))

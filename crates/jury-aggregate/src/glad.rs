@@ -183,7 +183,7 @@ impl Aggregator for Glad {
             converged,
             Some(last),
         );
-        finish_votes(self.name(), &votes, &t, self.ties, report)
+        finish_votes(self.name(), j, &votes, &t, self.ties, report)
     }
 }
 

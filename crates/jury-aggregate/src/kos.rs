@@ -108,7 +108,7 @@ impl Aggregator for Kos {
         rescale(&mut mean);
         let skills = votes.skills(mean);
         let report = SkillReport::new("reliability (mean message, largest = 1)", skills, self.n_iter, true, None);
-        finish_votes(self.name(), &votes, &t, self.ties, report)
+        finish_votes(self.name(), j, &votes, &t, self.ties, report)
     }
 }
 

@@ -34,7 +34,7 @@ pub use gauss::{CareGaussian, CorrelatedGaussian, GaussParams};
 pub use glad::Glad;
 pub use kos::Kos;
 pub use mace::Mace;
-pub use mmsr::Mmsr;
+pub use mmsr::{MAX_MMSR_PAIRS, Mmsr};
 pub use onecoin::OneCoinDawidSkene;
 pub use ties::TieBreak;
 pub use vote::MajorityVote;
@@ -187,7 +187,7 @@ fn mean_over_judges(
             unjudged += 1;
         }
     }
-    let (labels, n_ties) = ties.label_all(&values, c);
+    let (labels, n_ties) = ties.label_by_sides(&values, j);
     finish(method, c, values, labels, Diagnostics::Counting { ties: n_ties, unjudged })
 }
 
@@ -217,10 +217,11 @@ fn check_fit(method: &'static str, j: &Judgments, max_iter: usize, tol: f64) -> 
     Ok(())
 }
 
-/// Expands per-pattern posteriors to examples, labels them by `ties` and completes the
-/// report's tie and unjudged counts.
+/// Expands per-pattern posteriors to examples of `j`, labels them by `ties` and
+/// completes the report's tie and unjudged counts.
 fn finish_votes(
     method: &'static str,
+    j: &Judgments,
     votes: &votes::Votes,
     per_pattern: &[f64],
     ties: TieBreak,
@@ -228,7 +229,7 @@ fn finish_votes(
 ) -> Result<Aggregation, AggregateError> {
     let c = votes.n_classes;
     let values = votes.expand(per_pattern);
-    let (labels, n_ties) = ties.label_all(&values, c);
+    let (labels, n_ties) = ties.label_by_sides(&values, j);
     report.ties = n_ties;
     report.unjudged = votes.unjudged();
     finish(method, c, values, labels, Diagnostics::Skills(report))

@@ -180,7 +180,7 @@ impl Aggregator for Mace {
         let skills = votes.skills(params.spam.iter().map(|s| s[1] / (s[0] + s[1])));
         let per_vote = log_marginal / votes.votes_per_judge().iter().sum::<f64>().max(1.0);
         let report = SkillReport::new("P(knowing the answer)", skills, self.n_iter, true, Some(per_vote));
-        finish_votes(self.name(), &votes, &e.t, self.ties, report)
+        finish_votes(self.name(), j, &votes, &e.t, self.ties, report)
     }
 }
 

@@ -3,6 +3,11 @@
 //! covariance is rank one off the diagonal, its factor the judges' skills; a trimmed
 //! alternating fit resists a few adversarial judges. The skills become log-odds weights
 //! of a vote (crowd-kit's MMSR).
+//!
+//! Its cost is the pairs of judges that share an example, not the judges: a sparse crowd
+//! of 200,000 judges with a handful of votes each has a few million pairs, while 10,000
+//! judges who all judged the same three examples have 50 million. So the bound is on
+//! pairs, [`MAX_MMSR_PAIRS`], checked before the covariance is built.
 
 use jury_core::Judgments;
 use rustc_hash::FxHashMap as HashMap;
@@ -12,16 +17,26 @@ use crate::votes::Votes;
 use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, check_fit, finish_votes};
 
 /// Settings of M-MSR.
+///
+/// Refuses judgments whose judges form more than `max_pairs` pairs that share at
+/// least one example, with an error naming the bound and the number of judges. The
+/// bound is on pairs rather than judges because pairs are what the fit holds and visits
+/// on every iteration (two adjacency entries each, about 80 bytes at the peak, and one
+/// trimmed-mean sort per judge over its partners): a limit on judges would refuse sparse
+/// crowds that are cheap and could not tell a dense jury of a few thousand judges, which
+/// is not.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Mmsr {
     pub ties: TieBreak,
     pub max_iter: usize,
     pub tol: f64,
+    /// The most pairs of judges sharing an example it fits ([`MAX_MMSR_PAIRS`]).
+    pub max_pairs: usize,
 }
 
 impl Mmsr {
     pub fn new(ties: TieBreak) -> Self {
-        Self { ties, max_iter: 10_000, tol: 1e-10 }
+        Self { ties, max_iter: 10_000, tol: 1e-10, max_pairs: MAX_MMSR_PAIRS }
     }
 }
 
@@ -31,10 +46,28 @@ const SIGN_ROUNDS: usize = 100;
 /// Juries up to this many judges count pairs in a K x K table.
 const DENSE_JUDGES: usize = 2048;
 
+/// The most pairs of judges sharing an example that [`Mmsr`] takes: every pair of a full
+/// jury of 3,162 judges, or a sparse crowd's few million (3,200 judges on the same three
+/// examples, 5.1 million pairs, took 4 s and 420 MB unbounded; 10,000 judges, 50
+/// million pairs, 111 s and 3.9 GB).
+pub const MAX_MMSR_PAIRS: usize = 5_000_000;
+
+/// The refusal of a jury whose judges form more than `max_pairs` pairs.
+fn too_many_pairs(max_pairs: usize, n_judges: usize) -> AggregateError {
+    AggregateError::Config {
+        method: "mmsr",
+        reason: format!(
+            "fits the covariance of at most {max_pairs} pairs of judges that share an example; \
+             the {n_judges} judges of these judgments form more"
+        ),
+    }
+}
+
 /// The judges' covariance as adjacency lists: for each judge i, its partners j (judges
 /// sharing at least one example, increasing) with `C/(C-1) * agreement - 1/(C-1)`.
-/// Memory follows the pairs present, not K x K (a crowd of 200,000 judges is sparse).
-fn covariance(votes: &Votes) -> Vec<Vec<(u32, f64)>> {
+/// Memory follows the pairs present, not K x K (a crowd of 200,000 judges is sparse),
+/// and is refused once more than `max_pairs` pairs appear, so it never holds more.
+fn covariance(votes: &Votes, max_pairs: usize) -> Result<Vec<Vec<(u32, f64)>>, AggregateError> {
     let c = votes.n_classes as f64;
     let k_all = votes.n_judges;
     // (agreements, shared examples) per pair i < j: a dense table for a small jury, a
@@ -42,12 +75,19 @@ fn covariance(votes: &Votes) -> Vec<Vec<(u32, f64)>> {
     let dense = k_all <= DENSE_JUDGES;
     let mut table = vec![(0.0, 0.0); if dense { k_all * k_all } else { 0 }];
     let mut map: HashMap<(u32, u32), (f64, f64)> = HashMap::default();
+    let mut n_pairs = 0;
     for p in 0..votes.n_patterns() {
         let (pat, w) = (votes.pattern(p), votes.counts[p]);
         for (a, &(i, vi)) in pat.iter().enumerate() {
             for &(j, vj) in &pat[a + 1..] {
                 let e =
                     if dense { &mut table[i as usize * k_all + j as usize] } else { map.entry((i, j)).or_default() };
+                if e.1 == 0.0 {
+                    n_pairs += 1;
+                    if n_pairs > max_pairs {
+                        return Err(too_many_pairs(max_pairs, k_all));
+                    }
+                }
                 e.1 += w;
                 if vi == vj {
                     e.0 += w;
@@ -68,7 +108,7 @@ fn covariance(votes: &Votes) -> Vec<Vec<(u32, f64)>> {
         adj[j as usize].push((i, cov));
     }
     adj.iter_mut().for_each(|a| a.sort_by_key(|&(j, _)| j));
-    adj
+    Ok(adj)
 }
 
 /// The mean of `x` after dropping its `f` largest values above `a` and its `f` smallest
@@ -123,9 +163,15 @@ impl Aggregator for Mmsr {
 
     fn aggregate(&self, j: &Judgments) -> Result<Aggregation, AggregateError> {
         check_fit(self.name(), j, self.max_iter, self.tol)?;
+        // The judges of one example are pairs already: a jury past the bound on any one
+        // example is refused before anything is counted.
+        let widest = (0..j.n_examples()).map(|n| j.entry_range(n).len()).max().unwrap_or(0);
+        if widest * widest.saturating_sub(1) / 2 > self.max_pairs {
+            return Err(too_many_pairs(self.max_pairs, j.n_judges()));
+        }
         let votes = Votes::new(j);
         let (k_all, c) = (votes.n_judges, votes.n_classes);
-        let adj = covariance(&votes);
+        let adj = covariance(&votes, self.max_pairs)?;
         // Trim F = floor(s / 2) - 1 values per side, s the fewest partners any judge has.
         let partners = adj.iter().map(Vec::len).min().unwrap_or(0);
         let f = (partners / 2).saturating_sub(1);
@@ -192,7 +238,7 @@ impl Aggregator for Mmsr {
             softmax_in_place(row);
         });
         let report = SkillReport::new("log-odds weight ln(p (C-1) / (1 - p))", skills, iterations, converged, None);
-        finish_votes(self.name(), &votes, &t, self.ties, report)
+        finish_votes(self.name(), j, &votes, &t, self.ties, report)
     }
 }
 
@@ -201,6 +247,35 @@ mod tests {
     use super::*;
     use crate::Diagnostics;
     use crate::testutil::binary;
+
+    /// 3,200 judges on the same examples form 5,118,400 pairs, past the bound: refused at
+    /// once, naming the bound and the judges. A sparse crowd past a lower bound is
+    /// refused while its pairs are counted.
+    #[test]
+    fn a_jury_of_too_many_pairs_is_refused() {
+        let rows: Vec<Vec<Option<f64>>> = (0..3).map(|n| vec![Some(if n == 0 { 0.9 } else { 0.2 }); 3200]).collect();
+        let refs: Vec<&[Option<f64>]> = rows.iter().map(|r| r.as_slice()).collect();
+        let e = Mmsr::new(TieBreak::Positive).aggregate(&binary(&refs)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "mmsr: fits the covariance of at most 5000000 pairs of judges that share an example; \
+             the 3200 judges of these judgments form more"
+        );
+        // A chain: example n judged by judges n and n + 1, so `pairs` pairs, counted in
+        // the dense table (10 judges) and in the map (3,000 judges, most without a vote).
+        for (k, pairs) in [(10, 9), (3000, 20)] {
+            let rows: Vec<Vec<Option<f64>>> =
+                (0..pairs).map(|n| (0..k).map(|i| (i == n || i == n + 1).then_some(0.8)).collect()).collect();
+            let refs: Vec<&[Option<f64>]> = rows.iter().map(|r| r.as_slice()).collect();
+            let m = |max_pairs| Mmsr { max_pairs, ..Mmsr::new(TieBreak::Positive) }.aggregate(&binary(&refs));
+            assert!(m(pairs).is_ok(), "{k}");
+            let e = m(pairs - 1).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("at most {} pairs", pairs - 1)) && e.contains(&format!("the {k} judges")),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn trimming_keeps_the_middle() {

@@ -56,7 +56,7 @@ impl Aggregator for OneCoinDawidSkene {
         }
         let skills = votes.skills(skills);
         let report = SkillReport::new("P(correct vote)", skills, iterations, converged, Some(last));
-        finish_votes(self.name(), &votes, &t, self.ties, report)
+        finish_votes(self.name(), j, &votes, &t, self.ties, report)
     }
 }
 

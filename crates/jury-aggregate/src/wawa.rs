@@ -69,7 +69,7 @@ impl Aggregator for Wawa {
         let skills = votes.agreement(&votes.label_counts(&majority, self.ties));
         let shares = vote_shares(&votes, &weights(&skills));
         let report = SkillReport::new(SKILL, skills, 1, true, None);
-        finish_votes(self.name(), &votes, &shares, self.ties, report)
+        finish_votes(self.name(), j, &votes, &shares, self.ties, report)
     }
 }
 
@@ -116,7 +116,7 @@ impl Aggregator for ZeroBasedSkill {
         }
         let shares = vote_shares(&votes, &weights(&skills));
         let report = SkillReport::new(SKILL, skills, self.n_iter, moved < 1e-6, None);
-        finish_votes(self.name(), &votes, &shares, self.ties, report)
+        finish_votes(self.name(), j, &votes, &shares, self.ties, report)
     }
 }
 

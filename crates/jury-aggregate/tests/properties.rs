@@ -217,3 +217,87 @@ fn a_single_judge_decides_alone() {
         assert_eq!(m.aggregate(&binary(&rows)).unwrap().labels(), want.as_slice(), "{}", m.name());
     }
 }
+
+/// Every method with tie rule `t` (KOS and the log-odds methods with two classes only).
+fn every_method(t: TieBreak, n_classes: usize) -> Vec<Box<dyn Aggregator>> {
+    let ds = |prior| Box::new(DawidSkene::new(DawidSkeneConfig { prior, ties: t, ..DawidSkeneConfig::default() }));
+    let mut v: Vec<Box<dyn Aggregator>> = vec![
+        Box::new(AverageProb { ties: t }),
+        Box::new(MajorityVote { ties: t }),
+        ds(ClassPrior::Uniform),
+        ds(ClassPrior::Learned),
+        Box::new(Wawa { ties: t }),
+        Box::new(ZeroBasedSkill::new(t)),
+        Box::new(OneCoinDawidSkene::new(t)),
+        Box::new(Glad::new(t)),
+        Box::new(Mmsr::new(t)),
+        Box::new(Mace { restarts: 2, n_iter: 20, ..Mace::new(t, 3) }),
+    ];
+    if n_classes == 2 {
+        v.push(Box::new(Kos::new(t)));
+        v.push(Box::new(Care::new(t)));
+        v.push(Box::new(CorrelatedGaussian::new(DawidSkeneConfig { ties: t, ..DawidSkeneConfig::default() })));
+        v.push(Box::new(CareGaussian::new(t)));
+    }
+    v
+}
+
+const RULES: [TieBreak; 3] = [TieBreak::Positive, TieBreak::Negative, TieBreak::Random { seed: 5 }];
+
+/// Issue 65's probe: every judge says Yes (p = 1) on every example, or No on every one.
+/// Dawid-Skene's fit cannot tell the classes apart there (posterior 0.5 everywhere),
+/// and with `--ties negative` it labelled every example No against all its judges.
+#[test]
+fn a_jury_that_always_agrees_gets_its_label_from_every_method() {
+    for (p, side) in [(1.0, 1), (0.0, 0)] {
+        let entries = (0..40 * 5).map(|_| Some(vec![1.0 - p, p])).collect();
+        let ids = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}{i}")).collect();
+        let j = Judgments::from_entries(ids("e", 40), ids("j", 5), 2, entries).unwrap();
+        for t in RULES {
+            for m in every_method(t, 2) {
+                let a = m.aggregate(&j).unwrap();
+                assert!(a.labels().iter().all(|&l| l == side), "{} with {t:?} on p = {p}: {:?}", m.name(), a.labels());
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Juries whose judges agree on every example (hard verdicts, classes that may never
+    /// occur): every method labels each example as its judges do. Every judge answers
+    /// every example: with gaps, gauss may fit a judge seen on one example alone to either
+    /// class and overrule it there (a known limit of its missing-data fit).
+    #[test]
+    fn unanimous_examples_keep_their_judges_label(
+        c in 2usize..4,
+        sides in prop::collection::vec(0usize..3, 1..30),
+        k in 1usize..6,
+        rule in 0usize..3,
+    ) {
+        let sides: Vec<usize> = sides.into_iter().map(|s| s % c).collect();
+        let entries: Vec<Option<Vec<f64>>> = sides
+            .iter()
+            .flat_map(|&s| {
+                (0..k).map(move |_| {
+                    let mut p = vec![0.0; c];
+                    p[s] = 1.0;
+                    Some(p)
+                })
+            })
+            .collect();
+        let j = Judgments::from_entries(
+            (0..sides.len()).map(|i| format!("e{i}")).collect(),
+            (0..k).map(|i| format!("j{i}")).collect(),
+            c,
+            entries,
+        ).unwrap();
+        for m in every_method(RULES[rule], c) {
+            let a = m.aggregate(&j).unwrap();
+            for (n, (&label, &side)) in a.labels().iter().zip(&sides).enumerate() {
+                prop_assert!(label == side, "{} example {}: {} against its judges' {}", m.name(), n, label, side);
+            }
+        }
+    }
+}

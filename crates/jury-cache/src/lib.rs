@@ -5,7 +5,9 @@
 //! result (`sum`: a checksum of key and value),
 //! each written with a single `write` of a whole line and flushed. Invariants:
 //! - only whole lines count: on open, a torn last line (the process died mid-write) is
-//!   cut off before anything new is appended;
+//!   cut off before anything new is appended; a damaged whole line (not a record, or a
+//!   record failing its checksum) is left in place and reported, and its result computed
+//!   again;
 //! - a key is written at most once per file (`insert` of a present key is a no-op), so
 //!   reruns never add duplicate rows;
 //! - keys are content hashes ([`key`]) of everything that changes the answer, so a changed
@@ -143,7 +145,8 @@ impl std::fmt::Display for DroppedRecord {
     }
 }
 
-/// What to do with a whole record that fails its checksum or the caller's value check.
+/// What to do with a whole line that is not a record, or a record that fails its
+/// checksum or the caller's value check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnBadRecord {
@@ -168,9 +171,8 @@ impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
         Self::open_checked(path, |_| Ok(()), OnBadRecord::Recompute)
     }
 
-    /// [`Cache::open`], with `check` run on every value read: a record whose checksum
-    /// or check fails is handled as `on_bad` says. A line that is not a record at all
-    /// is an error either way (the file is not a cache).
+    /// [`Cache::open`], with `check` run on every value read: a whole line that is not a
+    /// record, or a record whose checksum or check fails, is handled as `on_bad` says.
     pub fn open_checked(
         path: &Path,
         check: impl Fn(&T) -> Result<(), String>,
@@ -185,21 +187,39 @@ impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
         let mut dropped = Vec::new();
         let mut good_len = 0u64;
         let mut reader = BufReader::new(&mut file);
-        let mut buf = String::new();
+        let mut buf = Vec::new();
         let mut line_no = 0;
         loop {
             buf.clear();
-            let n = reader.read_line(&mut buf).map_err(err)?;
+            let n = reader.read_until(b'\n', &mut buf).map_err(err)?;
             if n == 0 {
                 break;
             }
             line_no += 1;
-            if !buf.ends_with('\n') {
+            if !buf.ends_with(b"\n") {
                 break; // torn final write: dropped below
             }
-            let parse = |source| CacheError::Parse { path: path.to_owned(), line: line_no, source };
-            let line: Line = serde_json::from_str(buf.trim_end()).map_err(parse)?;
             good_len += n as u64;
+            // A whole line that is not a record (damaged bytes, a stray edit) is a damaged
+            // record whose key is unknown: left in place, reported, and its result, never
+            // found under any key, computed again.
+            let text = match std::str::from_utf8(&buf) {
+                Ok(t) if t.trim().is_empty() => continue,
+                Ok(t) => t.trim_end(),
+                Err(_) => {
+                    let reason = "not a cache record: not UTF-8 text".to_owned();
+                    dropped.push((None, DroppedRecord { path: path.to_owned(), line: line_no, reason }));
+                    continue;
+                }
+            };
+            let line: Line = match serde_json::from_str(text) {
+                Ok(line) => line,
+                Err(e) => {
+                    let reason = format!("not a cache record: {e}");
+                    dropped.push((None, DroppedRecord { path: path.to_owned(), line: line_no, reason }));
+                    continue;
+                }
+            };
             let verdict = match &line.sum {
                 Some(sum) if *sum != checksum(&line.key, line.value.get()) => {
                     Err("the record fails its checksum (edited or damaged)".to_owned())
@@ -213,12 +233,17 @@ impl<T: Serialize + DeserializeOwned + Clone> Cache<T> {
                 Ok(v) => {
                     entries.entry(line.key).or_insert(v);
                 }
-                Err(reason) => dropped.push((line.key, DroppedRecord { path: path.to_owned(), line: line_no, reason })),
+                Err(reason) => {
+                    dropped.push((Some(line.key), DroppedRecord { path: path.to_owned(), line: line_no, reason }))
+                }
             }
         }
         // A bad record whose key a later whole record holds was computed again already.
-        let dropped: Vec<DroppedRecord> =
-            dropped.into_iter().filter(|(k, _)| !entries.contains_key(k)).map(|(_, d)| d).collect();
+        let dropped: Vec<DroppedRecord> = dropped
+            .into_iter()
+            .filter(|(k, _)| k.as_ref().is_none_or(|k| !entries.contains_key(k)))
+            .map(|(_, d)| d)
+            .collect();
         if on_bad == OnBadRecord::Stop
             && let Some(first) = dropped.first()
         {
@@ -352,6 +377,34 @@ mod tests {
         let c: Cache<f64> = Cache::open_checked(&p, in_unit, OnBadRecord::Recompute).unwrap();
         assert_eq!(c.get("a"), Some(&0.25));
         assert_eq!(c.dropped().len(), 1, "only line 3 (key d) is still bad");
+    }
+
+    /// A whole line that is not JSON (or not UTF-8) is a damaged record: left out,
+    /// reported with its line, the records around it kept, and the run stopped instead
+    /// only when bad records are set to stop it. It once stopped every rerun.
+    #[test]
+    fn a_line_that_is_not_a_record_is_dropped_like_a_damaged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        let mut c: Cache<f64> = Cache::open(&p).unwrap();
+        c.insert("a".into(), 0.25).unwrap();
+        drop(c);
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes.extend_from_slice(b"this is not json\n\n\xff\xfe{}\n");
+        std::fs::write(&p, &bytes).unwrap();
+        let mut c: Cache<f64> = Cache::open(&p).unwrap();
+        c.insert("b".into(), 0.5).unwrap();
+        drop(c);
+        let c: Cache<f64> = Cache::open(&p).unwrap();
+        assert_eq!((c.get("a"), c.get("b")), (Some(&0.25), Some(&0.5)));
+        let shown: Vec<String> = c.dropped().iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 2, "{shown:?}");
+        assert!(shown[0].contains("c.jsonl line 2: not a cache record: expected ident"), "{shown:?}");
+        assert!(shown[1].contains("c.jsonl line 4: not a cache record: not UTF-8 text"), "{shown:?}");
+        assert!(std::fs::read(&p).unwrap().starts_with(&bytes), "the damaged lines stay as they were");
+        drop(c);
+        let stop = Cache::<f64>::open_checked(&p, |_| Ok(()), OnBadRecord::Stop).err().unwrap().to_string();
+        assert!(stop.contains("c.jsonl line 2: not a cache record") && stop.contains("stopping"), "{stop}");
     }
 
     #[test]

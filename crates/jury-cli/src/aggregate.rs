@@ -1,9 +1,11 @@
 //! `jury aggregate`: judgments file in, posteriors, labels and scores out. The study is
 //! jury-combine's; this module reads the inputs, hands them over, writes and prints.
 //!
-//! Order of work is the no-half-written invariant: check the options, read and validate
-//! every input, run every method, and only then create the output directory and write
-//! each file atomically.
+//! Order of work: check the options, take the output folder (checked and locked, so a
+//! second command on it is refused at once, naming this one), read and validate every
+//! input, run every method, and publish every file together at the end. A failure
+//! before publishing drops the folder, which leaves it as it was (one this command
+//! created goes).
 
 use std::path::PathBuf;
 
@@ -64,9 +66,9 @@ impl Files {
 pub(crate) fn run(args: Args) -> Result<()> {
     let mut settings = Settings::new(&args.options)?;
     settings.resolve_encoder()?;
+    let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     let (judgments, labels) = args.files.read()?;
     let study = jury_combine::run(&judgments, labels.as_ref(), &settings, &print_note)?;
-    let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     write(&study, out.staging_dir(), &args.files.out)?;
     let texts = crate::report::read_texts(settings.contexts())?;
     crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;

@@ -20,6 +20,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The largest input file jury reads (judgments, labels, contexts, comparisons,
+    /// responses, data sets, experiments, prompts): bytes, or with K, M, G or T (powers of
+    /// 1024). Only regular files are read; a FIFO, device or directory is refused.
+    #[arg(long, global = true, value_name = "SIZE", default_value = "4G", value_parser = jury_io::parse_size)]
+    max_input_size: u64,
 }
 
 #[derive(Subcommand)]
@@ -58,10 +63,12 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {}", usage_error(&e));
+            eprintln!("error: {}", jury_io::terminal_text(&usage_error(&e)));
             return ExitCode::from(2);
         }
     };
+    // Set once, before any input is read; every reader in jury-io checks against it.
+    jury_io::set_max_input_size(cli.max_input_size);
     let result = match cli.command {
         Command::Aggregate(args) => aggregate::run(*args),
         Command::Simulate(args) => simulate::run(args),
@@ -79,7 +86,9 @@ pub fn main() -> ExitCode {
     let code = match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            // Errors quote ids, names and file contents: escaped, they cannot drive the
+            // terminal.
+            eprintln!("error: {}", jury_io::terminal_text(&one_line(&e)));
             2
         }
     };
@@ -184,6 +193,19 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains('\n') && !line.contains("Usage"), "{line}");
+    }
+
+    #[test]
+    fn the_input_size_flag_is_global_and_defaults_to_the_library_limit() {
+        use clap::Parser;
+        let cli = super::Cli::try_parse_from(["jury", "report", "d"]).ok().unwrap();
+        assert_eq!(cli.max_input_size, jury_io::DEFAULT_MAX_INPUT_SIZE);
+        let cli = super::Cli::try_parse_from(["jury", "report", "d", "--max-input-size", "10M"]).ok().unwrap();
+        assert_eq!(cli.max_input_size, 10 << 20);
+        let cli = super::Cli::try_parse_from(["jury", "--max-input-size", "512", "report", "d"]).ok().unwrap();
+        assert_eq!(cli.max_input_size, 512);
+        let e = super::Cli::try_parse_from(["jury", "report", "d", "--max-input-size", "lots"]).err().unwrap();
+        assert!(super::usage_error(&e).contains("`lots` is not a size"), "{}", super::usage_error(&e));
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub(crate) type Experiment = jury_runner::Experiment<AggregateOptions>;
 /// `jury run --dry-run`: the config checked as `jury run` checks it (aggregation
 /// options included), absent models listed instead of stopping at the first.
 pub(crate) fn dry_run(args: &Args) -> Result<()> {
-    let report = jury_runner::dry_run::<AggregateOptions>(&args.config)?;
+    let report = jury_runner::dry_run::<AggregateOptions>(&args.config, args.force)?;
     let exp: Experiment = jury_runner::Experiment::read_unchecked(&args.config)?;
     Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
     print!("{report}");
@@ -87,13 +87,21 @@ fn print_judged(run: &JuryRun) {
         let s = &j.results.summary;
         println!(
             "{:>20}: {} scored, {} from cache, {} failed, {:.1} s",
-            s.judge, s.scored, s.from_cache, s.failed, s.seconds
+            jury_io::terminal_text(&s.judge),
+            s.scored,
+            s.from_cache,
+            s.failed,
+            s.seconds
         );
     }
     if let Some(a) = &run.adaptive {
         let (calls, full) = (a.calls(), a.full_calls());
-        let per: Vec<String> =
-            a.judge_names.iter().zip(a.calls_per_judge()).map(|(name, n)| format!("{name} {n}")).collect();
+        let per: Vec<String> = a
+            .judge_names
+            .iter()
+            .zip(a.calls_per_judge())
+            .map(|(name, n)| format!("{} {n}", jury_io::terminal_text(name)))
+            .collect();
         println!(
             "adaptive: {calls} of the full jury's {full} judge calls ({:.1}% saved; {} warm-up examples); per judge: {}",
             if full > 0 { 100.0 * (1.0 - calls as f64 / full as f64) } else { 0.0 },

@@ -40,6 +40,26 @@ pub fn adaptive_study(
         full_per_judge[judge] += 1;
     }
     let full_cost = spent(&full_per_judge);
+    // Every number of adaptive.json is finite, so it reads back: with no judgment the
+    // shares of calls are 0 / 0, and costs whose full sum overflows make every share of
+    // cost inf / inf. A replay's calls per judge are at most the full jury's, so its cost
+    // is at most `full_cost` and finite with it.
+    if j.n_present() == 0 {
+        return Err(StudyError::Option {
+            flag: "--judgments",
+            reason: "holds no judgment (every probability is empty): there is nothing to replay".to_owned(),
+        });
+    }
+    if !full_cost.is_finite() {
+        return Err(StudyError::Option {
+            flag: "--cost",
+            reason: format!(
+                "is too large: the full jury's {} calls times their judges' costs sum past the largest number \
+                 (about 1.8e308); give the costs on a smaller scale",
+                j.n_present()
+            ),
+        });
+    }
     let replay = |cfg: &AdaptiveConfig| -> Result<AdaptiveReplay, StudyError> {
         Ok(replay_adaptive(j, cfg, JudgeOrder::ByCost(costs.clone()))?)
     };
@@ -120,4 +140,58 @@ pub fn adaptive_table(r: &AdaptiveStudy) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 60 examples, truth `n % 2`, three judges each wrong on one example in seven, and
+    /// `silent`, a judge with no answer at all.
+    fn jury() -> Judgments {
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        b.judge("silent");
+        for n in 0..60 {
+            for k in 0..3 {
+                let right = (n + 2 * k) % 7 != 0;
+                let p = if (n % 2 == 0) == right { 0.85 } else { 0.2 };
+                b.push_binary(&format!("e{n}"), &format!("j{k}"), Some(p)).unwrap();
+            }
+        }
+        b.build()
+    }
+
+    fn settings(costs: Option<Vec<f64>>) -> AdaptiveSettings {
+        AdaptiveSettings { chosen: AdaptiveConfig::default(), targets: vec![0.9, 0.99], warmups: vec![0.1], costs }
+    }
+
+    /// What adaptive_study returns, adaptive.json holds and gives back, however large
+    /// the costs; costs whose sum is past the largest number, or a file with no
+    /// judgment, are refused instead of written as nulls.
+    #[test]
+    fn the_study_reads_back_or_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = jury();
+        let mut empty = jury_core::JudgmentsBuilder::new(2).unwrap();
+        empty.push_binary("e0", "j0", None).unwrap();
+        empty.push_binary("e1", "j1", None).unwrap();
+        let empty = empty.build();
+        for (j, costs, refused) in [
+            (&j, None, None),
+            (&j, Some(vec![1.0, 1e300, 2.0, 3.0]), None),
+            (&j, Some(vec![1.0, 1e308, 1e308, 1.0]), Some("--cost is too large: the full jury's 180 calls")),
+            (&empty, None, Some("--judgments holds no judgment")),
+        ] {
+            let study = adaptive_study(j, None, &settings(costs.clone()));
+            if let Ok(study) = &study {
+                study.write(dir.path()).unwrap();
+                assert_eq!(&AdaptiveStudy::read(dir.path()).unwrap(), study, "{costs:?}");
+            }
+            match (study, refused) {
+                (Ok(_), None) => {}
+                (Err(e), Some(says)) => assert!(e.to_string().starts_with(says), "{e}"),
+                (r, _) => panic!("{costs:?}: {r:?}"),
+            }
+        }
+    }
 }

@@ -256,7 +256,8 @@ pub struct AggregateOptions {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Method::Recommended, Method::Avg, Method::Mv, Method::Ds])]
     #[serde(deserialize_with = "one_or_list")]
     pub methods: Vec<Method>,
-    /// Tie rule for avg and mv (and ds's final labels).
+    /// Every method's rule for a tied posterior that the example's judges split evenly on
+    /// too (a tie goes first to the side most of its judges took).
     #[arg(long, value_enum, default_value_t = Ties::Positive)]
     pub ties: Ties,
     /// Seed for random tie-breaking and random EM initialisation.

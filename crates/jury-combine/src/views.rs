@@ -9,7 +9,7 @@ use jury_aggregate::Diagnostics;
 use jury_core::{Judgments, Labels, Posteriors};
 use jury_io::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, csv_field, write_atomic,
+    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, csv_field, terminal_text, write_atomic,
 };
 use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
@@ -254,9 +254,12 @@ fn fmt_opt(x: Option<f64>) -> String {
 /// (the files keep them whole).
 const NAME_WIDTH: usize = 40;
 
+/// A judge name as the table shows it: control characters escaped (`terminal_text`),
+/// then cut to [`NAME_WIDTH`].
 fn shown_name(name: &str) -> String {
+    let name = terminal_text(name);
     if name.chars().count() <= NAME_WIDTH {
-        name.to_owned()
+        name.into_owned()
     } else {
         name.chars().take(NAME_WIDTH - 1).chain(std::iter::once('…')).collect()
     }
@@ -286,14 +289,17 @@ fn table(j: &Judgments, labels: Option<&Labels>, runs: &[crate::MethodRun]) -> S
         let acc = labels.and_then(|l| accuracy(a.labels(), l));
         let b = labels.and_then(|l| brier(a.posteriors(), l));
         let e = labels.and_then(|l| expected_calibration_error(a.posteriors(), l, ECE_BINS));
+        let fit = |iterations: usize, converged: bool, ties: usize| {
+            let state = if converged { "converged" } else { "not converged" };
+            // A tied posterior is labelled by its judges' side, or by `ties` (metrics.json
+            // counts them too), so a model that could not decide never goes unsaid.
+            let tied = if ties > 0 { format!(", {ties} ties broken") } else { String::new() };
+            format!("{iterations} iterations, {state}{tied}")
+        };
         let notes = match a.diagnostics() {
             Diagnostics::Counting { ties, .. } => format!("{ties} ties"),
-            Diagnostics::DawidSkene(em) => {
-                format!("{} iterations, {}", em.iterations, if em.converged { "converged" } else { "not converged" })
-            }
-            Diagnostics::Skills(r) => {
-                format!("{} iterations, {}", r.iterations, if r.converged { "converged" } else { "not converged" })
-            }
+            Diagnostics::DawidSkene(em) => fit(em.iterations, em.converged, em.ties),
+            Diagnostics::Skills(r) => fit(r.iterations, r.converged, r.ties),
         };
         let _ = writeln!(s, "{:<width$}  {:>8}  {:>8}  {:>8}  {notes}", r.name, fmt_opt(acc), fmt_opt(b), fmt_opt(e));
     }
@@ -313,5 +319,14 @@ mod tests {
         let t = table(&b.build(), None, &[]);
         assert!(t.contains(&format!("{}…", "j".repeat(NAME_WIDTH - 1))), "{t}");
         assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
+    }
+
+    #[test]
+    fn a_judge_name_cannot_drive_the_terminal() {
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e1", "j\x1b]0;pwned\x07\x1b[2J", Some(0.9)).unwrap();
+        let t = table(&b.build(), None, &[]);
+        assert!(t.contains("j\\x1b]0;pwned\\x07\\x1b[2J "), "{t}");
+        assert!(!t.contains(['\x1b', '\x07']), "{t}");
     }
 }

@@ -66,8 +66,11 @@ pub fn load(name: &str, path: &Path) -> Result<Vec<Example>, DatasetError> {
     }
 }
 
+/// A data set file's text: a regular file within jury's input size limit
+/// (`jury_io::read_input`), so a FIFO or /dev/zero given as a data set is refused.
 fn read(path: &Path) -> Result<String, DatasetError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Read { path: path.to_owned(), source })?;
+    let text =
+        jury_io::read_input_to_string(path).map_err(|source| DatasetError::Read { path: path.to_owned(), source })?;
     Ok(text.strip_prefix('\u{feff}').map(str::to_owned).unwrap_or(text))
 }
 
@@ -337,6 +340,25 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// A data set path that is a device or a FIFO is refused at once (/dev/zero grew
+    /// without end, a FIFO blocked for ever), naming the path and what it is.
+    #[test]
+    fn a_device_or_fifo_is_not_read_as_a_data_set() {
+        let e = load("demo-facts", Path::new("/dev/zero")).unwrap_err().to_string();
+        assert_eq!(e, "/dev/zero: cannot read: a character device, not a regular file; jury reads only regular files");
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("facts.csv");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let e = load("demo-facts", &fifo).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "facts.csv: cannot read: a FIFO (named pipe), not a regular file; jury reads only regular files"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub(crate) fn scan<E>(
                         Some(_) => j += 1,
                     }
                 }
+                // Less the `'` that `csv_field` puts before a formula (no `"` is in it).
+                let start = j - crate::write::unescape_formula(&text[start..j]).len();
                 let inner = &text[start..j];
                 i = j + 1;
                 if escaped {

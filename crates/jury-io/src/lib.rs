@@ -7,6 +7,7 @@
 //! into place, so a reader never sees a half-written file.
 
 mod csv;
+mod input;
 pub mod layout;
 mod manifest;
 mod metrics;
@@ -17,6 +18,10 @@ mod records;
 mod table;
 mod write;
 
+pub use input::{
+    DEFAULT_MAX_INPUT_SIZE, MAX_INPUT_SIZE_FLAG, format_size, max_input_size, parse_size, read_input,
+    read_input_to_string, set_max_input_size,
+};
 pub use manifest::{
     Manifest, ManifestAdaptive, ManifestDataset, ManifestJudge, ManifestServer, ManifestTemplate, PoolStats,
     ServerStats, VerdictTokenIds,
@@ -25,12 +30,12 @@ pub use metrics::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
     MethodMetrics, Metrics, NeuralMetrics, OverSeeds,
 };
-pub use output::{OutputDir, OutputError, Owner};
+pub use output::{OutputDir, OutputError, Owner, Protected};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
 pub use table::{read_categories, read_judgments, read_labels, read_texts};
-pub use write::{csv_field, persist_synced, write_atomic};
+pub use write::{csv_field, persist_synced, terminal_text, write_atomic};
 
 use std::path::PathBuf;
 
@@ -47,6 +52,10 @@ pub enum IoError {
     NoProbColumns { path: PathBuf, found: String },
     #[error("{}: has no rows", path.display())]
     Empty { path: PathBuf },
+    #[error("{}: holds no judgment: every probability is empty", path.display())]
+    NoJudgment { path: PathBuf },
+    #[error("{}: judge `{judge}` has no judgment: the probability is empty on each of its rows", path.display())]
+    JudgeWithoutJudgment { path: PathBuf, judge: String },
     #[error("{} {row}: column `{column}`: {reason}", path.display())]
     Field { path: PathBuf, row: String, column: String, reason: String },
     #[error("{} {row}: {source}", path.display())]

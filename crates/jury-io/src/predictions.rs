@@ -163,6 +163,21 @@ mod tests {
         assert!(read_by_order(&path).unwrap_err().to_string().contains("line 2"));
     }
 
+    /// Ids written with `csv_field`'s formula mark read back as they were.
+    #[test]
+    fn formula_ids_read_back_unmarked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("predictions.csv");
+        let ids = ["=cmd|' /C calc'!A0", "'=x", "@a,\"b\"", "-1", "'plain"];
+        let mut text = String::from("example_id,avg_p,avg_label\n");
+        for id in ids {
+            text.push_str(&format!("{},0.5,1\n", crate::csv_field(id)));
+        }
+        assert!(text.contains("\n\"'=cmd|' /C calc'!A0\",0.5,1\n"), "{text}");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(read_predictions(&path).unwrap().example_ids, ids);
+    }
+
     #[test]
     fn binary_and_multiclass_columns_read_back() {
         let dir = tempfile::tempdir().unwrap();

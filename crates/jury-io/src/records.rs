@@ -98,8 +98,8 @@ impl AdaptiveStudy {
     /// Reads `dir`'s adaptive.json.
     pub fn read(dir: &Path) -> Result<Self, IoError> {
         let path = dir.join(layout::ADAPTIVE_REPLAY);
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| IoError::Read { path: path.clone(), source: Box::new(e) })?;
+        let text = crate::read_input_to_string(&path)
+            .map_err(|e| IoError::Read { path: path.clone(), source: Box::new(e) })?;
         serde_json::from_str(&text).map_err(|e| IoError::Read { path, source: Box::new(e) })
     }
 }

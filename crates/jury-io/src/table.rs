@@ -11,7 +11,6 @@
 //! yes/no/true/false, yes = 1 = positive).
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
@@ -60,18 +59,10 @@ pub(crate) struct Table {
 impl Table {
     pub(crate) fn load(path: &Path) -> Result<Self, IoError> {
         let format = Format::of(path)?;
-        // A file polars refuses is examined again here for the line at fault; polars'
-        // own message (written for its Python API) is the fallback, cut to its first line.
-        let read_err = |e: PolarsError| match malformed_line(path, format) {
-            Some((line, reason)) => IoError::Malformed { path: path.to_owned(), line, reason },
-            None => {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or_default().to_owned();
-                IoError::Read { path: path.to_owned(), source: first.into() }
-            }
-        };
-        // Opened here first so a missing or unreadable file gets the OS's plain message.
-        let file = File::open(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+        let bytes = read_bytes(path)?;
+        // Polars' messages are written for its Python API: cut to their first line, and
+        // for JSON only the fallback when the line at fault is found here.
+        let first_line = |e: PolarsError| e.to_string().lines().next().unwrap_or_default().to_owned();
         let df = match format {
             // Every CSV column is read as text and parsed here, so a bad value is reported
             // with its line instead of silently becoming null or changing a column's type.
@@ -79,8 +70,7 @@ impl Table {
             // with nulls, names no line for a bad one, and slows down quadratically on
             // one very long line (a 64 MB field took seconds).
             Format::Csv => {
-                drop(file);
-                let text = read_text(path)?;
+                let text = utf8(path, bytes)?;
                 crate::csv::frame(&text).map_err(|(line, reason)| IoError::Malformed {
                     path: path.to_owned(),
                     line,
@@ -89,9 +79,22 @@ impl Table {
             }
             Format::JsonLines | Format::JsonArray => {
                 let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
-                JsonReader::new(file).with_json_format(json_format).infer_schema_len(None).finish().map_err(read_err)?
+                let read = JsonReader::new(std::io::Cursor::new(&bytes))
+                    .with_json_format(json_format)
+                    .infer_schema_len(None)
+                    .finish();
+                read.map_err(|e| match malformed_line(&bytes, format) {
+                    Some((line, reason)) => IoError::Malformed { path: path.to_owned(), line, reason },
+                    None => IoError::Read { path: path.to_owned(), source: first_line(e).into() },
+                })?
             }
-            Format::Parquet => ParquetReader::new(file).finish().map_err(read_err)?,
+            // Parquet is binary: a file polars cannot read is not Parquet, whatever its bytes.
+            Format::Parquet => {
+                ParquetReader::new(std::io::Cursor::new(&bytes)).finish().map_err(|e| IoError::Read {
+                    path: path.to_owned(),
+                    source: format!("not a valid Parquet file ({})", first_line(e)).into(),
+                })?
+            }
         };
         if df.height() == 0 {
             return Err(IoError::Empty { path: path.to_owned() });
@@ -160,6 +163,10 @@ impl Table {
     /// error naming its row.
     fn floats(&self, name: &str) -> Result<Vec<Option<f64>>, IoError> {
         let s = self.series(name)?;
+        // A JSON column whose every value is null has no type of its own.
+        if s.dtype() == &DataType::Null {
+            return Ok(vec![None; s.len()]);
+        }
         if s.dtype() == &DataType::String {
             let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
             return ca
@@ -186,6 +193,7 @@ impl Table {
     fn float_lists(&self, name: &str) -> Result<Vec<Option<Vec<f64>>>, IoError> {
         let s = self.series(name)?;
         match s.dtype() {
+            DataType::Null => Ok(vec![None; s.len()]),
             DataType::String => {
                 let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
                 ca.iter()
@@ -285,7 +293,24 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
         };
         pushed.map_err(|e| t.entry_err(i, e))?;
     }
-    Ok(builder.build())
+    judged(path, builder.build())
+}
+
+/// `judgments`, unless a judge, or the whole file, has no probability at all: nothing to
+/// aggregate or to learn a judge's skill from, where an empty cell elsewhere is a judge
+/// that was asked but gave no usable answer.
+fn judged(path: &Path, judgments: Judgments) -> Result<Judgments, IoError> {
+    if judgments.n_present() == 0 {
+        return Err(IoError::NoJudgment { path: path.to_owned() });
+    }
+    let mut present = vec![false; judgments.n_judges()];
+    for (_, k, _) in judgments.entries() {
+        present[k] = true;
+    }
+    if let Some(k) = present.iter().position(|&p| !p) {
+        return Err(IoError::JudgeWithoutJudgment { path: path.to_owned(), judge: judgments.judge_names()[k].clone() });
+    }
+    Ok(judgments)
 }
 
 /// Where a judgments CSV keeps what, from its header (the same precedence as
@@ -435,7 +460,7 @@ fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
         return Err(IoError::Empty { path: path.to_owned() });
     }
     drop(text);
-    Ok(builder.build())
+    judged(path, builder.build())
 }
 
 /// Reads a labels table and aligns it to `judgments`. Returns the labels and the number
@@ -516,9 +541,18 @@ fn read_keyed(path: &Path, column: &str) -> Result<HashMap<String, String>, IoEr
     Ok(out)
 }
 
+/// A whole input file's bytes (a regular file within the input size limit).
+fn read_bytes(path: &Path) -> Result<Vec<u8>, IoError> {
+    crate::read_input(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })
+}
+
 /// A whole file as text; bytes that are not UTF-8 are an error naming their line.
 fn read_text(path: &Path) -> Result<String, IoError> {
-    let bytes = std::fs::read(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    utf8(path, read_bytes(path)?)
+}
+
+/// `path`'s bytes as text; bytes that are not UTF-8 are an error naming their line.
+fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, IoError> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..valid].iter().filter(|&&b| b == b'\n').count() + 1;
@@ -529,9 +563,8 @@ fn read_text(path: &Path) -> Result<String, IoError> {
 /// The first line of a JSON file polars refused, and why: bytes that are not UTF-8; for
 /// JSON Lines a line that is not one JSON value; for a JSON array the position
 /// serde_json reports. `None` when none is found.
-fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
-    let bytes = std::fs::read(path).ok()?;
-    let text = match std::str::from_utf8(&bytes) {
+fn malformed_line(bytes: &[u8], format: Format) -> Option<(usize, String)> {
+    let text = match std::str::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
             let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
@@ -539,7 +572,7 @@ fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
         }
     };
     match format {
-        // CSV never reaches polars: `csv::scan` reports its own lines.
+        // CSV never reaches polars: `csv::scan` reports its own lines; Parquet is binary.
         Format::Csv | Format::Parquet => None,
         Format::JsonLines => text.lines().enumerate().find_map(|(i, l)| {
             let l = l.trim();
@@ -556,6 +589,8 @@ fn malformed_line(path: &Path, format: Format) -> Option<(usize, String)> {
 mod tests {
     use super::*;
 
+    const GOOD: &str = "example_id,judge,p\na,j1,0.9\nb,j1,0.2\n";
+
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
@@ -565,25 +600,25 @@ mod tests {
     #[test]
     fn the_same_table_in_every_format_reads_the_same() {
         let dir = tempfile::tempdir().unwrap();
-        let csv = write(dir.path(), "j.csv", "example_id,judge,p\n1,a,0.9\n1,b,\n2,a,0.25\n");
+        let csv = write(dir.path(), "j.csv", "example_id,judge,p\n1,a,0.9\n1,b,\n2,a,0.25\n2,b,0.5\n");
         let jsonl = write(
             dir.path(),
             "j.jsonl",
-            "{\"example_id\":1,\"judge\":\"a\",\"p\":0.9}\n{\"example_id\":1,\"judge\":\"b\",\"p\":null}\n{\"example_id\":2,\"judge\":\"a\",\"p\":0.25}\n",
+            "{\"example_id\":1,\"judge\":\"a\",\"p\":0.9}\n{\"example_id\":1,\"judge\":\"b\",\"p\":null}\n{\"example_id\":2,\"judge\":\"a\",\"p\":0.25}\n{\"example_id\":2,\"judge\":\"b\",\"p\":0.5}\n",
         );
         let json = write(
             dir.path(),
             "j.json",
-            "[{\"example_id\":\"1\",\"judge\":\"a\",\"p\":0.9},{\"example_id\":\"1\",\"judge\":\"b\",\"p\":null},{\"example_id\":\"2\",\"judge\":\"a\",\"p\":0.25}]",
+            "[{\"example_id\":\"1\",\"judge\":\"a\",\"p\":0.9},{\"example_id\":\"1\",\"judge\":\"b\",\"p\":null},{\"example_id\":\"2\",\"judge\":\"a\",\"p\":0.25},{\"example_id\":\"2\",\"judge\":\"b\",\"p\":0.5}]",
         );
         let parquet = dir.path().join("j.parquet");
         let mut df = df!(
-            "example_id" => ["1", "1", "2"],
-            "judge" => ["a", "b", "a"],
-            "p" => [Some(0.9), None, Some(0.25)],
+            "example_id" => ["1", "1", "2", "2"],
+            "judge" => ["a", "b", "a", "b"],
+            "p" => [Some(0.9), None, Some(0.25), Some(0.5)],
         )
         .unwrap();
-        ParquetWriter::new(File::create(&parquet).unwrap()).finish(&mut df).unwrap();
+        ParquetWriter::new(std::fs::File::create(&parquet).unwrap()).finish(&mut df).unwrap();
 
         let want = read_judgments(&csv).unwrap();
         assert_eq!(want.example_ids(), ["1", "2"]);
@@ -598,12 +633,13 @@ mod tests {
     #[test]
     fn multiclass_as_list_or_columns() {
         let dir = tempfile::tempdir().unwrap();
-        let cols = write(dir.path(), "c.csv", "example_id,judge,p0,p1,p2\nx,a,0.2,0.3,0.5\nx,b,,,\n");
-        let list = write(dir.path(), "l.csv", "example_id,judge,probs\nx,a,\"[0.2,0.3,0.5]\"\nx,b,\n");
+        let cols = write(dir.path(), "c.csv", "example_id,judge,p0,p1,p2\nx,a,0.2,0.3,0.5\nx,b,,,\ny,b,0.1,0.2,0.7\n");
+        let list =
+            write(dir.path(), "l.csv", "example_id,judge,probs\nx,a,\"[0.2,0.3,0.5]\"\nx,b,\ny,b,\"[0.1,0.2,0.7]\"\n");
         let jsonl = write(
             dir.path(),
             "l.jsonl",
-            "{\"example_id\":\"x\",\"judge\":\"a\",\"probs\":[0.2,0.3,0.5]}\n{\"example_id\":\"x\",\"judge\":\"b\",\"probs\":null}\n",
+            "{\"example_id\":\"x\",\"judge\":\"a\",\"probs\":[0.2,0.3,0.5]}\n{\"example_id\":\"x\",\"judge\":\"b\",\"probs\":null}\n{\"example_id\":\"y\",\"judge\":\"b\",\"probs\":[0.1,0.2,0.7]}\n",
         );
         let want = read_judgments(&cols).unwrap();
         assert_eq!(want.n_classes(), 3);
@@ -642,6 +678,51 @@ mod tests {
         assert_eq!(j.get(0, 1), Some(&[0.0, 1.0][..]));
         assert_eq!(j.get(1, 1), Some(&[0.75, 0.25][..]));
         assert_eq!(j.get(1, 0), None);
+    }
+
+    /// A file, or a judge, without a single probability is refused (empty cells alone
+    /// once aggregated to an accuracy for every method); a judge missing on some
+    /// examples is fine.
+    #[test]
+    fn judgments_without_any_probability_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |name: &str, text: &str| read_judgments(&write(dir.path(), name, text)).map_err(|e| e.to_string());
+        let e = read("e.csv", "example_id,judge,p\na,j1,\na,j2,\nb,j1,\n").unwrap_err();
+        assert!(e.ends_with("e.csv: holds no judgment: every probability is empty"), "{e}");
+        let e = read("e.jsonl", "{\"example_id\":\"a\",\"judge\":\"j\",\"p\":null}\n").unwrap_err();
+        assert!(e.ends_with("e.jsonl: holds no judgment: every probability is empty"), "{e}");
+        let e = read("l.csv", "example_id,judge,probs\na,j1,\n").unwrap_err();
+        assert!(e.ends_with("l.csv: holds no judgment: every probability is empty"), "{e}");
+        let e = read("k.csv", "example_id,judge,p\na,j1,0.9\na,j2,\nb,j1,0.2\nb,j2,\n").unwrap_err();
+        assert!(e.ends_with("k.csv: judge `j2` has no judgment: the probability is empty on each of its rows"), "{e}");
+        let e = read(
+            "k.json",
+            "[{\"example_id\":\"a\",\"judge\":\"j1\",\"p\":0.9},{\"example_id\":\"a\",\"judge\":\"j2\",\"p\":null}]",
+        )
+        .unwrap_err();
+        assert!(e.contains("judge `j2` has no judgment"), "{e}");
+        assert!(read("ok.csv", "example_id,judge,p\na,j1,0.9\na,j2,\nb,j2,0.3\n").is_ok());
+    }
+
+    /// A damaged Parquet file is named as not Parquet, not as text that is not UTF-8;
+    /// a path that is not a regular file is refused before it is read.
+    #[test]
+    fn a_corrupt_parquet_file_or_a_special_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.parquet");
+        std::fs::write(&p, b"PAR1\xff\xfe\x00garbage\x80\x81PAR1").unwrap();
+        let e = read_judgments(&p).unwrap_err().to_string();
+        assert!(e.contains("j.parquet: cannot read: not a valid Parquet file"), "{e}");
+        assert!(!e.contains("UTF-8"), "{e}");
+        let sub = dir.path().join("d.csv");
+        std::fs::create_dir(&sub).unwrap();
+        let e = read_judgments(&sub).unwrap_err().to_string();
+        assert!(
+            e.ends_with("d.csv: cannot read: a directory, not a regular file; jury reads only regular files"),
+            "{e}"
+        );
+        let e = read_labels(&sub, &read_judgments(&write(dir.path(), "j.csv", GOOD)).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("d.csv: cannot read: a directory, not a regular file"), "{e}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub struct Template {
 
 impl Template {
     pub fn load(path: &Path) -> Result<Self, JudgeError> {
-        let text = std::fs::read_to_string(path)
+        let text = jury_io::read_input_to_string(path)
             .map_err(|e| JudgeError::Template { path: path.to_owned(), reason: e.to_string() })?;
         let mut t: Template = serde_yaml::from_str(&text)
             .map_err(|e| JudgeError::Template { path: path.to_owned(), reason: e.to_string() })?;

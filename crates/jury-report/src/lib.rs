@@ -6,6 +6,7 @@
 //! it can be diffed; every text from the data (judge names, example texts) goes through
 //! the template's HTML escaping; charts are plotters' SVG, whose text it escapes.
 
+mod check;
 mod model;
 mod plots;
 mod studies;
@@ -20,6 +21,8 @@ use jury_core::{Judgments, Labels};
 pub enum ReportError {
     #[error("{}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
+    #[error("{}: field `{field}`: {value} is not {expected}; the file is damaged or was edited", path.display())]
+    OutOfDomain { path: PathBuf, field: String, value: String, expected: String },
     #[error(transparent)]
     Io(#[from] jury_io::IoError),
     #[error("report: {0}")]
@@ -152,6 +155,52 @@ mod tests {
         assert_eq!(html, render(&inputs).unwrap(), "the same inputs render the same bytes");
         write(&inputs, dir.path()).unwrap();
         assert!(dir.path().join(REPORT_FILE).is_file());
+    }
+
+    /// Impossible values in metrics.json (an accuracy of 1e308 printed as 309 digits, a
+    /// coverage of -7, a null coverage) are refused naming the file and the field.
+    #[test]
+    fn values_outside_their_domain_are_refused_naming_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, labels, _) = run(dir.path());
+        let path = dir.path().join("metrics.json");
+        let good = std::fs::read_to_string(&path).unwrap();
+        let judge = j.judge_names()[1].clone();
+        let null = serde_json::Value::Null;
+        let cases = [
+            (
+                ["judges", &judge, "accuracy"],
+                1e308.into(),
+                format!("judges.{judge}.accuracy`: 1e308 is not a number in [0, 1]"),
+            ),
+            (
+                ["judges", &judge, "coverage"],
+                (-7.0).into(),
+                format!("judges.{judge}.coverage`: -7.0 is not a number in [0, 1]"),
+            ),
+            (["judges", &judge, "coverage"], null, format!("judges.{judge}.coverage`: null is not a number in [0, 1]")),
+            (
+                ["methods", "ds", "accuracy"],
+                1.5.into(),
+                "methods.ds.accuracy`: 1.5 is not a number in [0, 1]".to_owned(),
+            ),
+            (
+                ["agreement", "fleiss_kappa", ""],
+                2.0.into(),
+                "agreement.fleiss_kappa`: 2.0 is not a number of at most 1".to_owned(),
+            ),
+        ];
+        for ([a, b, c], value, says) in cases {
+            let mut m: serde_json::Value = serde_json::from_str(&good).unwrap();
+            let at = &mut m[a][b];
+            *(if c.is_empty() { at } else { &mut at[c] }) = value;
+            std::fs::write(&path, m.to_string()).unwrap();
+            let inputs = Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None };
+            let e = render(&inputs).unwrap_err().to_string();
+            assert!(e.contains(&format!("metrics.json: field `{says}")), "{e}");
+        }
+        std::fs::write(&path, &good).unwrap();
+        assert!(render(&Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None }).is_ok());
     }
 
     /// With a categories.csv (a run over TruthfulQA writes one), each category's
@@ -304,6 +353,42 @@ mod study_tests {
         assert!(html.contains("<td>0.675</td><td>0.608</td><td>0.560</td><td>0.039 - 0.979</td>"), "{html}");
         assert!(html.contains("no evaluator votes") && html.contains("<svg"));
         assert!(!html.contains("<img") && html.contains("&lt;img"), "escaped");
+    }
+
+    /// A win rate outside [0, 1] in winrate.json is refused, not charted.
+    #[test]
+    fn winrate_values_outside_their_domain_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let study = jury_winrate::WinRateStudy {
+            method: "bwrs".into(),
+            prior: "none".into(),
+            seed: 0,
+            level: 0.95,
+            n_pairs: 1,
+            mean_abs_error: None,
+            observed_mean_abs_error: None,
+            pairs: vec![jury_winrate::PairEstimate {
+                generator_0: "a".into(),
+                generator_1: "b".into(),
+                n_comparisons: 3,
+                evaluators: vec!["e".into()],
+                n_human_labels: 0,
+                n_revealed_labels: 0,
+                revealed_win_rate: None,
+                human_win_rate: None,
+                observed: Some(0.5),
+                observed_interval: None,
+                observed_abs_error: None,
+                estimate: Some(7.0),
+                interval: None,
+                abs_error: None,
+                unidentifiable: None,
+                excluded_evaluators: Vec::new(),
+            }],
+        };
+        std::fs::write(dir.path().join("winrate.json"), serde_json::to_string(&study).unwrap()).unwrap();
+        let e = render_winrate(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("winrate.json: field `pairs[0].estimate`: 7.0 is not a number in [0, 1]"), "{e}");
     }
 
     /// The ranking page: each model's rank beside the reference's, and the agreement.

@@ -33,7 +33,7 @@ fn adaptive_facts(a: &ManifestAdaptive) -> Vec<(String, String)> {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
-    let text = std::fs::read_to_string(path)
+    let text = jury_io::read_input_to_string(path)
         .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
     serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
 }
@@ -182,8 +182,12 @@ fn f4(x: f64) -> String {
 pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     let dir = inputs.out_dir;
     let metrics: Metrics = read_json(&dir.join(layout::METRICS))?;
+    crate::check::metrics(&dir.join(layout::METRICS), &metrics)?;
     let manifest: Option<Manifest> =
         if dir.join(layout::MANIFEST).is_file() { Some(read_json(&dir.join(layout::MANIFEST))?) } else { None };
+    if let Some(m) = &manifest {
+        crate::check::manifest(&dir.join(layout::MANIFEST), m)?;
+    }
     let (j, labels) = (inputs.judgments, inputs.labels);
     // Only the views that score read the posteriors back: unlabeled runs skip the file.
     let predictions = match labels {

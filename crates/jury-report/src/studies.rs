@@ -29,7 +29,7 @@ struct PairRow {
 }
 
 fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
-    let text = std::fs::read_to_string(path)
+    let text = jury_io::read_input_to_string(path)
         .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
     serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
 }
@@ -41,6 +41,7 @@ fn f3(x: f64) -> String {
 /// The page of a folder holding `jury winrate`'s winrate.json.
 pub(crate) fn winrate(dir: &Path) -> Result<WinratePage, ReportError> {
     let w: jury_winrate::WinRateStudy = read(&dir.join(layout::WINRATE))?;
+    crate::check::winrate(&dir.join(layout::WINRATE), &w)?;
     let mut facts = vec![
         ("method".to_owned(), w.method.clone()),
         ("prior".to_owned(), w.prior.clone()),
@@ -110,6 +111,7 @@ struct ReferenceView {
 /// The page of a folder holding `jury rank`'s ranking.json.
 pub(crate) fn ranking(dir: &Path) -> Result<RankPage, ReportError> {
     let r: jury_rank::RankReport = read(&dir.join(layout::RANKING))?;
+    crate::check::ranking(&dir.join(layout::RANKING), &r)?;
     let mut facts = vec![
         ("method".to_owned(), r.method.name()),
         ("evaluation".to_owned(), r.eval.clone()),
@@ -185,6 +187,7 @@ fn pct(x: f64) -> String {
 /// (charted when labels scored it).
 pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
     let a = jury_io::AdaptiveStudy::read(dir)?;
+    crate::check::adaptive(&dir.join(layout::ADAPTIVE_REPLAY), &a)?;
     let share = |calls: usize| calls as f64 / a.full_calls.max(1) as f64;
     let mut facts = vec![
         ("model".to_owned(), a.method.clone()),

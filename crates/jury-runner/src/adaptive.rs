@@ -27,7 +27,7 @@ use jury_datasets::Example;
 use jury_judge::Verdict;
 
 use crate::experiment::{Adaptive, JudgeEntry};
-use crate::judging::{JudgeSpec, Juror, JurorOutcome, RunError, run_jury_each};
+use crate::judging::{Bench, JudgeSpec, Juror, JurorOutcome, RunError};
 
 /// What the rule did with one example.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,20 +129,23 @@ pub(crate) fn run(
     let plan_error = |e: jury_aggregate::AggregateError| RunError::Adaptive(e.to_string());
     let mut plan =
         AdaptivePlan::new(examples.len(), names.clone(), 2, &cfg.plan_config(servers), rule).map_err(plan_error)?;
+    // Server judges load once, so a round asks its questions only: no probe per round,
+    // and one pool per judge for the whole run (retries, `patience_s`, counters).
+    let bench = rt.block_on(Bench::open(jurors, examples.first(), bars))?;
     let mut outcomes: Vec<Option<JurorOutcome>> = (0..k).map(|_| None).collect();
+    let mut asked = vec![0; k];
     let mut rounds = 0;
     while let Some(asks) = plan.round().map_err(plan_error)? {
         let busy: Vec<usize> = (0..k).filter(|&j| !asks[j].is_empty()).collect();
-        let each = busy
-            .iter()
-            .map(|&j| (jurors[j].clone(), Arc::new(asks[j].iter().map(|&e| examples[e].clone()).collect())))
-            .collect();
-        let done = rt.block_on(run_jury_each(each, cache.clone(), keep_tokens, bars))?;
+        let work =
+            busy.iter().map(|&j| (j, Arc::new(asks[j].iter().map(|&e| examples[e].clone()).collect()))).collect();
+        let done = rt.block_on(bench.pass(work, &cache, keep_tokens, bars))?;
         let mut answers: Vec<Vec<Option<Vec<f64>>>> = asks.iter().map(|a| vec![None; a.len()]).collect();
         for (&j, o) in busy.iter().zip(done) {
             for (slot, &e) in answers[j].iter_mut().zip(&asks[j]) {
                 *slot = o.results.verdicts.get(&examples[e].id).and_then(|v| v.y).map(|y| vec![1.0 - y, y]);
             }
+            asked[j] += asks[j].len();
             merge(&mut outcomes[j], o);
         }
         plan.answer(&answers).map_err(plan_error)?;
@@ -165,6 +168,10 @@ pub(crate) fn run(
         .zip(&names)
         .map(|(o, name)| o.ok_or_else(|| RunError::Task { judge: name.clone(), reason: "no result".into() }))
         .collect::<Result<Vec<_>, _>>()?;
+    // As in a full run, a judge is judged on everything it was asked, not round by round.
+    for (o, &n) in outcomes.iter().zip(&asked) {
+        o.results.check_answered(n)?;
+    }
     let record = AdaptiveRecord {
         settings: cfg.clone(),
         order: plan.order().iter().map(|&j| names[j].clone()).collect(),
@@ -191,9 +198,13 @@ fn merge(slot: &mut Option<JurorOutcome>, o: JurorOutcome) {
     r.summary.from_cache += s.from_cache;
     r.summary.failed += s.failed;
     r.summary.seconds += s.seconds;
-    m.info.load_seconds += o.info.load_seconds;
     m.info.prefix_cache_flushes += o.info.prefix_cache_flushes;
-    // A server judge's counters are its last pass's (each pass opens its own pool).
+    // A server judge loads once per run and its pool counts over every pass, so each
+    // pass repeats the load time and the counters so far; an in-process judge loads at
+    // every pass.
+    if o.info.server.is_none() {
+        m.info.load_seconds += o.info.load_seconds;
+    }
     m.info.server = o.info.server;
 }
 

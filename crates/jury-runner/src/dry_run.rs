@@ -73,11 +73,15 @@ impl DryRun {
     }
 }
 
-/// The dry run of the experiment in `config`. Fails only on what makes the config
-/// unusable (the errors `jury run` would stop on, other than absent models).
-pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path) -> Result<DryRun, RunError> {
+/// The dry run of the experiment in `config` (`force`: `jury run --force`'s). Fails only
+/// on what makes the config unusable (the errors `jury run` would stop on, other than
+/// absent models), the output folder included.
+pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: bool) -> Result<DryRun, RunError> {
     let exp: Experiment<A> = Experiment::read_unchecked(config)?;
     exp.check_all_but_presence(config)?;
+    // The output folder as the run will take it (not a file, writable, not in use, not
+    // another's), read only.
+    OutputLayout::check(&exp.output, &exp.name, exp.overwrite || force)?;
     let mut absent: Vec<String> = exp.absent(config).iter().map(ExperimentError::to_string).collect();
     for j in &exp.judges {
         if j.model_present() == Some(false) && j.gguf.is_none() {

@@ -161,6 +161,14 @@ impl Adaptive {
         if self.min_judges == 0 {
             return Err("`min_judges` must be at least 1".into());
         }
+        if self.min_judges > judges.len() {
+            return Err(format!(
+                "`min_judges` is {} but the jury has {} judge{}: no example could ever stop early",
+                self.min_judges,
+                judges.len(),
+                if judges.len() == 1 { "" } else { "s" }
+            ));
+        }
         if let Some(order) = &self.order {
             let mut seen = HashSet::new();
             for name in order {
@@ -285,8 +293,8 @@ impl<A: DeserializeOwned + Default> Experiment<A> {
 
     /// Parses the experiment in `path` without [`Experiment::check`].
     pub fn read_unchecked(path: &Path) -> Result<Self, ExperimentError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ExperimentError::Read { path: path.to_owned(), source })?;
+        let text = jury_io::read_input_to_string(path)
+            .map_err(|source| ExperimentError::Read { path: path.to_owned(), source })?;
         serde_yaml::from_str(&text).map_err(|e| ExperimentError::Parse { path: path.to_owned(), reason: e.to_string() })
     }
 }
@@ -579,6 +587,7 @@ mod tests {
             ("adaptive: {target: 1.5}", "`target` and `warmup` must be in (0, 1]"),
             ("adaptive: {warmup: 0}", "`target` and `warmup` must be in (0, 1]"),
             ("adaptive: {min_judges: 0}", "`min_judges` must be at least 1"),
+            ("adaptive: {min_judges: 3}", "`min_judges` is 3 but the jury has 2 judges"),
             ("adaptive: {order: [a, c]}", "`order` names `c`, which is not a judge"),
             ("adaptive: {order: [a, a]}", "`order` names `a` twice"),
             ("adaptive: {order: [b]}", "`order` leaves out judge `a`"),

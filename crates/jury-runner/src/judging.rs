@@ -118,7 +118,7 @@ pub struct JudgeResults {
 
 fn style(bar: &ProgressBar, name: &str) {
     bar.set_style(jury_progress::style("{prefix:>20} {bar:30} {pos}/{len} {per_sec} ETA {eta} {msg}"));
-    bar.set_prefix(name.to_owned());
+    bar.set_prefix(jury_io::terminal_text(name).into_owned());
 }
 
 /// The counters of a server judge in a few words: done, retried, failed, per server.
@@ -187,8 +187,9 @@ async fn judge_one(ctx: &PassContext<'_>, ex: &Example) -> Result<Judged, RunErr
 }
 
 /// Judges every example (cache first). With `keep_tokens`, also returns each example's
-/// exact token sequence (for comparisons with other engines).
-pub async fn run_judge(
+/// exact token sequence (for comparisons with other engines). An example a server
+/// rejects for good is returned among the failures, even if every one failed.
+pub(crate) async fn run_judge(
     judge: &AnyJudge,
     model_sha256: &str,
     examples: &[Example],
@@ -199,7 +200,7 @@ pub async fn run_judge(
     let start = Instant::now();
     bar.set_length(examples.len() as u64);
     style(bar, judge.name());
-    let log = LogProgress::new(format!("judge {}", judge.name()), examples.len() as u64);
+    let log = LogProgress::new(format!("judge {}", jury_io::terminal_text(judge.name())), examples.len() as u64);
     let failed = AtomicUsize::new(0);
     let ctx = PassContext { judge, model_sha256, cache, keep_tokens, log: &log, failed: &failed, bar };
     // Bounded concurrency over a `FuturesUnordered` of a named async fn (closures
@@ -241,13 +242,6 @@ pub async fn run_judge(
         if let Some(t) = kept {
             tokens.insert(id, t);
         }
-    }
-    if !examples.is_empty() && failures.len() == examples.len() {
-        return Err(RunError::AllFailed {
-            judge: judge.name().to_owned(),
-            n: examples.len(),
-            reason: failures[0].reason.clone(),
-        });
     }
     failures.sort_by(|a, b| a.example_id.cmp(&b.example_id));
     bar.finish_with_message(format!("{scored} scored, {from_cache} from cache, {} failed", failures.len()));
@@ -354,23 +348,24 @@ async fn load(juror: Juror, bar: &ProgressBar) -> Result<Loaded, RunError> {
 }
 
 /// `loaded`, once its token budget is known to fit the template (before it judges).
-async fn checked(loaded: Loaded, examples: &[Example]) -> Result<Loaded, RunError> {
-    if let Some(first) = examples.first() {
+async fn checked(loaded: Loaded, first: Option<&Example>) -> Result<Loaded, RunError> {
+    if let Some(first) = first {
         loaded.judge.check_budget(&first.fields).await?;
     }
     Ok(loaded)
 }
 
 async fn run_loaded(
-    loaded: Loaded,
+    loaded: &Loaded,
     examples: Arc<Vec<Example>>,
     cache: Arc<Mutex<Cache<Verdict>>>,
     keep_tokens: bool,
     bar: ProgressBar,
 ) -> Result<JurorOutcome, RunError> {
     let Loaded { judge, model_sha256, load_seconds } = loaded;
-    let results = run_judge(&judge, &model_sha256, &examples, &cache, keep_tokens, &bar).await?;
-    let info = match &judge {
+    let load_seconds = *load_seconds;
+    let results = run_judge(judge, model_sha256, &examples, &cache, keep_tokens, &bar).await?;
+    let info = match judge {
         AnyJudge::Local(j) => {
             let (p, n, t) = j.verdict_ids();
             JurorInfo {
@@ -396,85 +391,153 @@ async fn run_loaded(
     Ok(JurorOutcome { results, info })
 }
 
-/// Runs every juror over `examples`, all at the same time: each server judge in its own
-/// task, the in-process judges one after another in one task (one model in memory).
-/// Server judges load first (model list and a probe request on every server, seconds),
-/// so a wrong address, model name or key stops the run before any model loads.
-/// Returns the outcomes in the jurors' order; the first error stops every task (what
-/// finished is in the cache).
-pub async fn run_jury(
+impl JudgeResults {
+    /// The run's verdict on a judge that was asked `asked` examples over all its passes:
+    /// an error when every one of them failed (a judge that answers nothing is a
+    /// configuration fault, not missing data), else `Ok`.
+    pub(crate) fn check_answered(&self, asked: usize) -> Result<(), RunError> {
+        match self.failures.first() {
+            Some(first) if self.verdicts.is_empty() && self.failures.len() == asked => {
+                Err(RunError::AllFailed { judge: first.judge.clone(), n: asked, reason: first.reason.clone() })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The jurors of one run, ready for any number of passes. Every server judge is loaded
+/// once, when the bench opens (its model list read and one probe sent on every
+/// server), so the passes of an adaptive run share one pool per judge: its retries,
+/// its servers set aside, its `patience_s` clock and its counters. In-process judges
+/// load at each pass, one after another, so one model is in memory at a time.
+pub(crate) struct Bench {
+    seats: Vec<Seat>,
+}
+
+enum Seat {
+    Server(Arc<Loaded>),
+    Local(Box<Juror>),
+}
+
+impl Bench {
+    /// Loads every server judge, all at once, and checks each one's token budget
+    /// against `first`, the run's first example; a wrong address, model name or key
+    /// stops the run here, before any in-process model loads.
+    pub(crate) async fn open(
+        jurors: Vec<Juror>,
+        first: Option<&Example>,
+        bars: &MultiProgress,
+    ) -> Result<Bench, RunError> {
+        let mut seats: Vec<Option<Seat>> = Vec::with_capacity(jurors.len());
+        let mut servers = Vec::new();
+        for (i, juror) in jurors.into_iter().enumerate() {
+            match juror.spec {
+                JudgeSpec::Server { .. } => {
+                    seats.push(None);
+                    servers.push((i, juror));
+                }
+                JudgeSpec::Local { .. } => seats.push(Some(Seat::Local(Box::new(juror)))),
+            }
+        }
+        let loads = futures::future::join_all(servers.into_iter().map(|(i, juror)| async move {
+            let bar = bars.add(ProgressBar::new(0));
+            let loaded = load(juror, &bar).await;
+            bar.finish_and_clear();
+            (i, loaded)
+        }))
+        .await;
+        for (i, loaded) in loads {
+            seats[i] = Some(Seat::Server(Arc::new(checked(loaded?, first).await?)));
+        }
+        // Every seat is filled: the locals above, the servers in this loop.
+        Ok(Bench { seats: seats.into_iter().flatten().collect() })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.seats.len()
+    }
+
+    /// One pass: each juror `work` names (by its index in the bench) over its own
+    /// examples, all at the same time: each server judge in its own task, the
+    /// in-process judges one after another in one task. Returns the outcomes in
+    /// `work`'s order; the first error stops every task (what finished is in the cache).
+    /// A pass returns what failed; whether a judge failed on everything is the run's
+    /// question ([`JudgeResults::check_answered`]), asked once its passes are over.
+    pub(crate) async fn pass(
+        &self,
+        work: Vec<(usize, Arc<Vec<Example>>)>,
+        cache: &Arc<Mutex<Cache<Verdict>>>,
+        keep_tokens: bool,
+        bars: &MultiProgress,
+    ) -> Result<Vec<JurorOutcome>, RunError> {
+        let n = work.len();
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut locals = Vec::new();
+        for (slot, (j, examples)) in work.into_iter().enumerate() {
+            let bar = bars.add(ProgressBar::new(examples.len() as u64));
+            match &self.seats[j] {
+                Seat::Server(loaded) => {
+                    let (loaded, cache) = (loaded.clone(), cache.clone());
+                    tasks.spawn(async move {
+                        run_loaded(&loaded, examples, cache, keep_tokens, bar).await.map(|o| vec![(slot, o)])
+                    });
+                }
+                Seat::Local(juror) => locals.push((slot, (**juror).clone(), examples, bar)),
+            }
+        }
+        if !locals.is_empty() {
+            let cache = cache.clone();
+            tasks.spawn(async move {
+                let mut done = Vec::new();
+                for (slot, juror, examples, bar) in locals {
+                    let loaded = checked(load(juror, &bar).await?, examples.first()).await?;
+                    done.push((slot, run_loaded(&loaded, examples, cache.clone(), keep_tokens, bar).await?));
+                }
+                Ok(done)
+            });
+        }
+        let mut slots: Vec<Option<JurorOutcome>> = (0..n).map(|_| None).collect();
+        while let Some(joined) = tasks.join_next().await {
+            let result = joined.map_err(|e| RunError::Task { judge: "?".into(), reason: e.to_string() })?;
+            match result {
+                Ok(done) => {
+                    for (i, o) in done {
+                        slots[i] = Some(o);
+                    }
+                }
+                Err(e) => {
+                    tasks.abort_all();
+                    return Err(e);
+                }
+            }
+        }
+        slots
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| o.ok_or_else(|| RunError::Task { judge: format!("#{i}"), reason: "no result".into() }))
+            .collect()
+    }
+}
+
+/// Runs every juror over `examples` in one pass (see [`Bench`]): server judges load
+/// first, so a wrong address, model name or key stops the run before any in-process
+/// model loads. Returns the outcomes in the jurors' order; the first error stops every
+/// task (what finished is in the cache), and so does a judge that failed on every
+/// example.
+pub(crate) async fn run_jury(
     jurors: Vec<Juror>,
     examples: Arc<Vec<Example>>,
     cache: Arc<Mutex<Cache<Verdict>>>,
     keep_tokens: bool,
     bars: &MultiProgress,
 ) -> Result<Vec<JurorOutcome>, RunError> {
-    let each = jurors.into_iter().map(|j| (j, examples.clone())).collect();
-    run_jury_each(each, cache, keep_tokens, bars).await
-}
-
-/// [`run_jury`] with each juror on its own examples.
-pub async fn run_jury_each(
-    jurors: Vec<(Juror, Arc<Vec<Example>>)>,
-    cache: Arc<Mutex<Cache<Verdict>>>,
-    keep_tokens: bool,
-    bars: &MultiProgress,
-) -> Result<Vec<JurorOutcome>, RunError> {
-    let n = jurors.len();
-    let mut servers = Vec::new();
-    let mut locals = Vec::new();
-    for (i, (juror, examples)) in jurors.into_iter().enumerate() {
-        let bar = bars.add(ProgressBar::new(examples.len() as u64));
-        match juror.spec {
-            JudgeSpec::Server { .. } => servers.push((i, juror, examples, bar)),
-            JudgeSpec::Local { .. } => locals.push((i, juror, examples, bar)),
-        }
+    let bench = Bench::open(jurors, examples.first(), bars).await?;
+    let work = (0..bench.len()).map(|j| (j, examples.clone())).collect();
+    let outcomes = bench.pass(work, &cache, keep_tokens, bars).await?;
+    for o in &outcomes {
+        o.results.check_answered(examples.len())?;
     }
-    let loads = futures::future::join_all(servers.into_iter().map(|(i, juror, examples, bar)| async move {
-        let loaded = load(juror, &bar).await;
-        (i, loaded, examples, bar)
-    }))
-    .await;
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut ready = Vec::new();
-    for (i, loaded, examples, bar) in loads {
-        ready.push((i, checked(loaded?, &examples).await?, examples, bar));
-    }
-    for (i, loaded, examples, bar) in ready {
-        let cache = cache.clone();
-        tasks.spawn(async move { run_loaded(loaded, examples, cache, keep_tokens, bar).await.map(|o| vec![(i, o)]) });
-    }
-    if !locals.is_empty() {
-        let cache = cache.clone();
-        tasks.spawn(async move {
-            let mut done = Vec::new();
-            for (i, juror, examples, bar) in locals {
-                let loaded = checked(load(juror, &bar).await?, &examples).await?;
-                done.push((i, run_loaded(loaded, examples, cache.clone(), keep_tokens, bar).await?));
-            }
-            Ok(done)
-        });
-    }
-    let mut slots: Vec<Option<JurorOutcome>> = (0..n).map(|_| None).collect();
-    while let Some(joined) = tasks.join_next().await {
-        let result = joined.map_err(|e| RunError::Task { judge: "?".into(), reason: e.to_string() })?;
-        match result {
-            Ok(done) => {
-                for (i, o) in done {
-                    slots[i] = Some(o);
-                }
-            }
-            Err(e) => {
-                tasks.abort_all();
-                return Err(e);
-            }
-        }
-    }
-    slots
-        .into_iter()
-        .enumerate()
-        .map(|(i, o)| o.ok_or_else(|| RunError::Task { judge: format!("#{i}"), reason: "no result".into() }))
-        .collect()
+    Ok(outcomes)
 }
 
 #[cfg(test)]

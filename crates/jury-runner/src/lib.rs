@@ -21,7 +21,7 @@ pub use dry_run::{DryRun, JudgePlan, RateSource, TokenStats, dry_run};
 pub use experiment::{Adaptive, DatasetConfig, Experiment, ExperimentError, JudgeEntry, Runtime, ServerEntry};
 pub use judging::{
     Failure, JudgeResults, JudgeSpec, JudgeSummary, Juror, JurorInfo, JurorOutcome, RunError, any_judgment_key,
-    judgment_key, run_judge, run_jury, run_jury_each, server_counters,
+    judgment_key, server_counters,
 };
 pub use llm_eval::{LlmEvalConfig, LlmEvaluation};
 pub use output::{OutputLayout, manifest, write_judging, write_manifest};

@@ -47,10 +47,19 @@ impl OutputLayout {
         v
     }
 
+    fn owner(experiment: &str) -> Owner {
+        Owner { command: "run".into(), source: format!("experiment `{experiment}`") }
+    }
+
     /// Takes `dir` for the experiment `experiment` (see `jury_io::OutputDir::open`).
     pub fn open(dir: &Path, experiment: &str, overwrite: bool) -> Result<Self, RunError> {
-        let owner = Owner { command: "run".into(), source: format!("experiment `{experiment}`") };
-        Ok(Self { out: OutputDir::open(dir, owner, &Self::names(), overwrite)? })
+        Ok(Self { out: OutputDir::open(dir, Self::owner(experiment), &Self::names(), overwrite)? })
+    }
+
+    /// The checks [`Self::open`] makes, creating and writing nothing: the dry run's
+    /// (see `jury_io::OutputDir::check`).
+    pub fn check(dir: &Path, experiment: &str, overwrite: bool) -> Result<(), RunError> {
+        Ok(OutputDir::check(dir, &Self::owner(experiment), &Self::names(), overwrite)?)
     }
 
     /// Where a published run's manifest.json is.

@@ -1,7 +1,7 @@
 //! The judging stages of an experiment, each a function from typed values to typed
 //! values: the examples ([`sample_examples`]) and jurors ([`jurors`]) of a
 //! [`Prepared`] experiment, which a caller can still check before anything is written;
-//! every juror's pass through the cache ([`crate::run_jury`]); and the collected
+//! every juror's pass through the cache ([`crate::judging::run_jury`]); and the collected
 //! verdicts ([`JuryRun`]), which aggregation takes as a plain judgments matrix.
 
 use std::collections::HashMap;
