@@ -157,16 +157,19 @@ impl Aggregator for Glad {
             alpha: vec![1.0; votes.n_judges],
             beta: vec![1.0; votes.n_patterns()],
         };
-        let mut t = m.e_step();
+        // crowd-kit's loop: an E-step, an M-step, then the objective of that E-step's
+        // posteriors under the new parameters; the labels are that last E-step's (the
+        // M-step after it does not move them).
+        let mut t = Vec::new();
         let (mut iterations, mut converged, mut last) = (0, false, f64::NEG_INFINITY);
         while iterations < self.max_iter {
             iterations += 1;
+            t = m.e_step();
             for _ in 0..self.m_step_max_iter {
                 if m.sweep(&t) < M_STEP_TOL {
                     break;
                 }
             }
-            t = m.e_step();
             let q = m.q(&t) / n_votes;
             let gain = q - last;
             last = q;
@@ -192,6 +195,17 @@ mod tests {
     use super::*;
     use crate::Diagnostics;
     use crate::testutil::binary;
+
+    #[test]
+    fn stops_and_labels_where_crowd_kit_does() {
+        // crowd-kit's GLAD() on this jury: its objective falls at the second iteration,
+        // and the labels are that iteration's E-step's.
+        use crate::dawid_skene::tests::{crowd_kit_jury, labels_string};
+        let a = Glad::new(TieBreak::Negative).aggregate(&crowd_kit_jury()).unwrap();
+        let Diagnostics::Skills(r) = a.diagnostics() else { panic!() };
+        assert_eq!(r.iterations, 2);
+        assert_eq!(labels_string(&a), "1010010110100111000110001110101110000001");
+    }
 
     #[test]
     fn an_adversarial_judge_gets_a_negative_ability() {

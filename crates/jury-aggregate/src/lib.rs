@@ -17,6 +17,7 @@ mod linalg;
 mod mace;
 mod mmsr;
 mod onecoin;
+mod select;
 mod special;
 mod ties;
 mod vote;
@@ -29,13 +30,14 @@ pub use adaptive::{
 };
 pub use average::AverageProb;
 pub use care::Care;
-pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport};
+pub use dawid_skene::{ClassPrior, ConfusionMatrix, DawidSkene, DawidSkeneConfig, DsParams, EmInit, EmReport, EmStop};
 pub use gauss::{CareGaussian, CorrelatedGaussian, GaussParams};
 pub use glad::Glad;
 pub use kos::Kos;
 pub use mace::Mace;
 pub use mmsr::{MAX_MMSR_PAIRS, Mmsr};
 pub use onecoin::OneCoinDawidSkene;
+pub use select::{CandidateScore, HeldOutJudges, MIN_GAIN_SE, Selection, SelectionRule, scores_are_soft};
 pub use ties::TieBreak;
 pub use vote::MajorityVote;
 pub use wawa::{Wawa, ZeroBasedSkill};
@@ -84,8 +86,9 @@ fn judged_judges(j: &Judgments) -> Vec<bool> {
     judged
 }
 
-/// A method that combines judges without reference labels.
-pub trait Aggregator {
+/// A method that combines judges without reference labels. Settings only, so one
+/// aggregator fits several matrices at once (the held-out-judge choice does).
+pub trait Aggregator: Send + Sync {
     /// Short stable name used in file columns and reports (`avg`, `mv`, `ds`).
     fn name(&self) -> &'static str;
     fn aggregate(&self, judgments: &Judgments) -> Result<Aggregation, AggregateError>;

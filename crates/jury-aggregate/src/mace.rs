@@ -1,12 +1,15 @@
 //! MACE (Hovy et al., NAACL 2013, "Learning Whom to Trust with MACE"): each judge either
 //! knows the answer and votes it, or spams, voting from its own label distribution
 //! theta; P(knowing) per judge is the skill. Fit by variational Bayes with Beta(0.5, 0.5)
-//! on spamming and Dirichlet(10) on theta, from `restarts` random starts, going on with
-//! the one with the highest marginal likelihood (crowd-kit's MACE, method "vb").
+//! on spamming and Dirichlet(10) on theta, `n_iter` = 50 iterations (crowd-kit's MACE,
+//! method "vb"). The start is crowd-kit's: every weight 1 + 1.5 u, u from numpy's
+//! `RandomState(seed)` (MT19937), the (spamming, knowing) pairs and the theta rows both
+//! drawn from the start of that stream in judge order, rows normalised. crowd-kit runs
+//! `n_restarts` = 10, but seeds each with the same `random_state`, so they are this one
+//! start ten times; `restarts` > 1 adds starts drawn further along the stream, each run
+//! to the end, keeping the first with the highest marginal likelihood.
 
 use jury_core::Judgments;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use crate::special::{digamma, softmax_in_place};
 use crate::votes::Votes;
@@ -16,24 +19,68 @@ use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, fini
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Mace {
     pub ties: TieBreak,
+    /// Distinct starts (crowd-kit's 10 restarts are one start repeated; see the module).
     pub restarts: usize,
     /// Iterations per restart.
     pub n_iter: usize,
-    /// Seeds the random starts.
+    /// Seeds the random starts (numpy's `RandomState(seed)`, crowd-kit's `random_state`;
+    /// its low 32 bits).
     pub seed: u64,
 }
 
 impl Mace {
     pub fn new(ties: TieBreak, seed: u64) -> Self {
-        Self { ties, restarts: 10, n_iter: 50, seed }
+        Self { ties, restarts: 1, n_iter: 50, seed }
+    }
+}
+
+/// numpy's legacy `RandomState(seed)`: MT19937 seeded by `init_genrand`, and its
+/// `random_sample` (53-bit doubles in [0, 1)).
+struct Mt19937 {
+    state: [u32; 624],
+    next: usize,
+}
+
+impl Mt19937 {
+    fn new(seed: u32) -> Self {
+        let mut state = [0u32; 624];
+        state[0] = seed;
+        for i in 1..624 {
+            let prev = state[i - 1];
+            state[i] = 1_812_433_253u32.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+        }
+        Self { state, next: 624 }
+    }
+
+    fn next_u32(&mut self) -> u32 {
+        if self.next >= 624 {
+            for i in 0..624 {
+                let y = (self.state[i] & 0x8000_0000) | (self.state[(i + 1) % 624] & 0x7fff_ffff);
+                let mut v = self.state[(i + 397) % 624] ^ (y >> 1);
+                if y & 1 != 0 {
+                    v ^= 0x9908_b0df;
+                }
+                self.state[i] = v;
+            }
+            self.next = 0;
+        }
+        let mut y = self.state[self.next];
+        self.next += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
+    }
+
+    fn random_sample(&mut self) -> f64 {
+        let (a, b) = (self.next_u32() >> 5, self.next_u32() >> 6);
+        (f64::from(a) * 67_108_864.0 + f64::from(b)) / 9_007_199_254_740_992.0
     }
 }
 
 /// Beta prior on (spamming, knowing) and the Dirichlet prior on each theta entry.
 const SPAM_PRIOR: [f64; 2] = [0.5, 0.5];
 const THETA_PRIOR: f64 = 10.0;
-/// Iterations every random start runs before the best one goes on.
-const SCREEN_ITERATIONS: usize = 5;
 
 #[derive(Clone)]
 struct Params {
@@ -121,15 +168,19 @@ fn m_step(e: &Expected, c: usize) -> Params {
     Params { spam, theta }
 }
 
-/// A random start: every weight uniform in [1, 2.5), rows normalised.
-fn start(rng: &mut ChaCha8Rng, k_all: usize, c: usize) -> Params {
-    let spam = (0..k_all)
-        .map(|_| {
-            let (a, b) = (rng.random_range(1.0..2.5), rng.random_range(1.0..2.5));
-            [a / (a + b), b / (a + b)]
-        })
-        .collect();
-    let mut theta: Vec<f64> = (0..k_all * c).map(|_| rng.random_range(1.0..2.5)).collect();
+/// crowd-kit's start number `r` (0 is crowd-kit's): `scipy.stats.uniform(1, 1.5).rvs`
+/// twice from the same stream position, K x 2 (spamming, knowing) and K x C (theta),
+/// rows normalised. Start r begins r * K * max(2, C) draws into the stream.
+fn start(seed: u64, r: usize, k_all: usize, c: usize) -> Params {
+    let draws = |n: usize| {
+        let mut mt = Mt19937::new(seed as u32);
+        (0..r * k_all * c.max(2)).for_each(|_| {
+            mt.random_sample();
+        });
+        (0..n).map(|_| 1.0 + 1.5 * mt.random_sample()).collect::<Vec<f64>>()
+    };
+    let spam = draws(2 * k_all).chunks_exact(2).map(|x| [x[0] / (x[0] + x[1]), x[1] / (x[0] + x[1])]).collect();
+    let mut theta = draws(k_all * c);
     for row in theta.chunks_exact_mut(c) {
         let total: f64 = row.iter().sum();
         row.iter_mut().for_each(|x| *x /= total);
@@ -154,28 +205,24 @@ impl Aggregator for Mace {
         }
         let votes = Votes::new(j);
         let c = votes.n_classes;
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        // Every start runs a few iterations; the best one by marginal likelihood runs on
-        // to n_iter. (crowd-kit runs every restart to the end, but draws every start
-        // from the same random_state, so its restarts are one start repeated.)
-        let screen = self.n_iter.min(SCREEN_ITERATIONS);
-        let run = |mut params: Params, iterations: usize| {
+        // As crowd-kit: every start runs all n_iter iterations, and the first start with
+        // the highest marginal likelihood after them is kept.
+        let run = |mut params: Params| {
             let mut e = e_step(&votes, &params);
-            for _ in 0..iterations {
+            for _ in 0..self.n_iter {
                 params = m_step(&e, c);
                 e = e_step(&votes, &params);
             }
             (params, e)
         };
         let mut best: Option<(Params, Expected)> = None;
-        for _ in 0..self.restarts {
-            let (params, e) = run(start(&mut rng, votes.n_judges, c), screen);
+        for r in 0..self.restarts {
+            let (params, e) = run(start(self.seed, r, votes.n_judges, c));
             if best.as_ref().is_none_or(|(_, b)| e.log_marginal > b.log_marginal) {
                 best = Some((params, e));
             }
         }
-        let Some((params, _)) = best else { unreachable!("restarts >= 1") };
-        let (params, e) = run(params, self.n_iter - screen);
+        let Some((params, e)) = best else { unreachable!("restarts >= 1") };
         let log_marginal = e.log_marginal;
         let skills = votes.skills(params.spam.iter().map(|s| s[1] / (s[0] + s[1])));
         let per_vote = log_marginal / votes.votes_per_judge().iter().sum::<f64>().max(1.0);
@@ -189,6 +236,31 @@ mod tests {
     use super::*;
     use crate::Diagnostics;
     use crate::testutil::binary;
+
+    #[test]
+    fn starts_where_numpy_random_state_does() {
+        // numpy.random.RandomState(0).random_sample(3) and RandomState(5)'s first.
+        let mut mt = Mt19937::new(0);
+        let want = [0.5488135039273248, 0.7151893663724195, 0.6027633760716439];
+        for w in want {
+            assert_eq!(mt.random_sample(), w);
+        }
+        assert_eq!(Mt19937::new(5).random_sample(), 0.22199317108973948);
+        // crowd-kit's MACE(random_state=0) on 2 judges x 2 labels: spamming_ and thetas_
+        // both start at the rows of 1 + 1.5 * [[0.5488, 0.7152], [0.6028, 0.5449]].
+        let p = start(0, 0, 2, 2);
+        let row = |a: f64, b: f64| [(1.0 + 1.5 * a) / (2.0 + 1.5 * (a + b)), (1.0 + 1.5 * b) / (2.0 + 1.5 * (a + b))];
+        let r0 = row(0.5488135039273248, 0.7151893663724195);
+        assert!((p.spam[0][0] - r0[0]).abs() < 1e-15 && (p.theta[1] - r0[1]).abs() < 1e-15);
+        assert_eq!(p.spam[1], [p.theta[2], p.theta[3]]);
+    }
+
+    #[test]
+    fn labels_as_crowd_kit_does() {
+        use crate::dawid_skene::tests::{crowd_kit_jury, labels_string};
+        let a = Mace::new(TieBreak::Negative, 0).aggregate(&crowd_kit_jury()).unwrap();
+        assert_eq!(labels_string(&a), "0011010100100111000110001110101110000001");
+    }
 
     #[test]
     fn a_spammer_who_always_says_yes_is_found() {

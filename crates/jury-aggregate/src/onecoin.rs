@@ -12,7 +12,9 @@ use crate::{AggregateError, Aggregation, Aggregator, SkillReport, TieBreak, chec
 const EPS: f64 = 1e-10;
 
 /// Settings of one-coin Dawid-Skene: EM from majority-vote posteriors with a learned
-/// class prior, stopping when the log-likelihood per vote gains less than `tol`.
+/// class prior, stopping when crowd-kit's objective per vote (its `_evidence_lower_bound`
+/// under the new skills: the prior's log counted once per vote, so it can fall, and then
+/// EM stops) gains less than `tol`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OneCoinDawidSkene {
     pub ties: TieBreak,
@@ -41,12 +43,12 @@ impl Aggregator for OneCoinDawidSkene {
         let mut skills = m_step(&votes, &t, per_judge);
         let (mut iterations, mut converged, mut last) = (0, false, f64::NEG_INFINITY);
         while iterations < self.max_iter {
-            let (next, ll) = e_step(&votes, &prior, &skills);
+            let (next, _) = e_step(&votes, &prior, &skills);
             iterations += 1;
             t = next;
             prior = class_prior(&votes, &t);
             skills = m_step(&votes, &t, per_judge);
-            let objective = ll / n_votes;
+            let objective = crowd_kit_objective(&votes, &t, &prior, &skills) / n_votes;
             let gain = objective - last;
             last = objective;
             if gain < self.tol {
@@ -92,6 +94,35 @@ fn m_step(votes: &Votes, t: &[f64], per_judge: &[f64]) -> Vec<f64> {
     right.iter().zip(per_judge).map(|(r, &n)| if n > 0.0 { (r / n).clamp(EPS, 1.0 - EPS) } else { 0.5 }).collect()
 }
 
+/// crowd-kit's `_evidence_lower_bound` (not divided by the votes) with one-coin errors:
+/// over judged patterns, each vote's posterior-weighted ln e(class, vote) + ln prior
+/// (e = skill on the diagonal, (1 - skill) / (C - 1) off it, both in [EPS, 1 - EPS]),
+/// plus the posteriors' entropy (posteriors floored at EPS there).
+fn crowd_kit_objective(votes: &Votes, t: &[f64], prior: &[f64], skills: &[f64]) -> f64 {
+    let c = votes.n_classes;
+    let log_prior: Vec<f64> = prior.iter().map(|q| q.max(EPS).ln()).collect();
+    let ln = |x: f64| x.clamp(EPS, 1.0 - EPS).ln();
+    let mut total = 0.0;
+    for p in 0..votes.n_patterns() {
+        let pat = votes.pattern(p);
+        if pat.is_empty() {
+            continue;
+        }
+        let tp = &t[p * c..(p + 1) * c];
+        let mut q = 0.0;
+        for &(k, v) in pat {
+            let s = skills[k as usize];
+            let (right, wrong) = (ln(s), ln((1.0 - s) / (c - 1) as f64));
+            for (class, x) in tp.iter().enumerate() {
+                q += x * (if class == v as usize { right } else { wrong } + log_prior[class]);
+            }
+        }
+        let entropy: f64 = tp.iter().map(|&x| -x.max(EPS) * x.max(EPS).ln()).sum();
+        total += votes.counts[p] * (q + entropy);
+    }
+    total
+}
+
 /// Posteriors per pattern (P x C) and the observed-data log-likelihood.
 fn e_step(votes: &Votes, prior: &[f64], skills: &[f64]) -> (Vec<f64>, f64) {
     let c = votes.n_classes;
@@ -123,6 +154,17 @@ mod tests {
     use super::*;
     use crate::Diagnostics;
     use crate::testutil::binary;
+
+    #[test]
+    fn stops_where_crowd_kit_does() {
+        // crowd-kit's OneCoinDawidSkene() on this jury: 10 iterations, then its objective
+        // gains less than 1e-5 (run to the end, example 5 goes to 1).
+        use crate::dawid_skene::tests::{crowd_kit_jury, labels_string};
+        let a = OneCoinDawidSkene::new(TieBreak::Negative).aggregate(&crowd_kit_jury()).unwrap();
+        assert_eq!(labels_string(&a), "0011000100100111000110001110100110000001");
+        let Diagnostics::Skills(r) = a.diagnostics() else { panic!() };
+        assert_eq!(r.iterations, 10);
+    }
 
     #[test]
     fn a_perfect_and_an_always_wrong_judge_give_finite_posteriors() {

@@ -2,8 +2,8 @@
 
 use jury_aggregate::{
     Aggregation, Aggregator, AverageProb, Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkene,
-    DawidSkeneConfig, Diagnostics, EmInit, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak, Wawa,
-    ZeroBasedSkill,
+    DawidSkeneConfig, Diagnostics, EmInit, EmStop, Glad, Kos, Mace, MajorityVote, Mmsr, OneCoinDawidSkene, TieBreak,
+    Wawa, ZeroBasedSkill,
 };
 use jury_core::Judgments;
 use proptest::prelude::*;
@@ -37,8 +37,14 @@ fn jury() -> impl Strategy<Value = Judgments> {
 
 fn methods() -> Vec<Box<dyn Aggregator>> {
     let ds = |prior, init| {
-        Box::new(DawidSkene::new(DawidSkeneConfig { prior, init, max_iter: 50, tol: 1e-10, ties: TieBreak::Positive }))
-            as Box<dyn Aggregator>
+        Box::new(DawidSkene::new(DawidSkeneConfig {
+            prior,
+            init,
+            max_iter: 50,
+            tol: 1e-10,
+            stop: EmStop::Params,
+            ties: TieBreak::Positive,
+        })) as Box<dyn Aggregator>
     };
     vec![
         Box::new(AverageProb { ties: TieBreak::Positive }),

@@ -28,7 +28,8 @@ fn true_params(cfg: &JuryConfig) -> DsParams {
 fn check_recovery(cfg: &JuryConfig, init: EmInit, max_err: f64) -> (f64, f64) {
     let jury = simulate(cfg).unwrap();
     let labels = Labels::new(cfg.class_prior.len(), jury.truth.iter().map(|&t| Some(t)).collect()).unwrap();
-    let ds_cfg = DawidSkeneConfig { prior: ClassPrior::Learned, init, max_iter: 500, tol: 1e-9, ..Default::default() };
+    let ds_cfg = DawidSkeneConfig { init, max_iter: 500, tol: 1e-9, ..DawidSkeneConfig::paper() };
+    let ds_cfg = DawidSkeneConfig { prior: ClassPrior::Learned, ..ds_cfg };
     let ds = DawidSkene::new(ds_cfg).aggregate(&jury.judgments).unwrap();
     let report = em_report(&ds);
     assert!(report.converged, "EM did not converge in {} iterations", report.iterations);
@@ -112,7 +113,7 @@ fn three_class_jury_with_full_confusion_matrices() {
 #[test]
 fn paper_form_uniform_prior_is_reproducible_per_seed() {
     let jury = simulate(&JuryConfig::mixed_binary(2_000, 3)).unwrap();
-    let cfg = DawidSkeneConfig { init: EmInit::Random { seed: 42 }, ..Default::default() };
+    let cfg = DawidSkeneConfig { init: EmInit::Random { seed: 42 }, ..DawidSkeneConfig::paper() };
     let a = DawidSkene::new(cfg).aggregate(&jury.judgments).unwrap();
     let b = DawidSkene::new(cfg).aggregate(&jury.judgments).unwrap();
     assert_eq!(a, b);

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use jury_aggregate::{
-    Aggregation, Aggregator, AverageProb, Care, CareGaussian, CorrelatedGaussian, DawidSkene, Glad, Kos, Mace,
-    MajorityVote, Mmsr, OneCoinDawidSkene, Wawa, ZeroBasedSkill,
+    Aggregation, Aggregator, AverageProb, Care, CareGaussian, CorrelatedGaussian, DawidSkene, Glad, HeldOutJudges, Kos,
+    Mace, MajorityVote, Mmsr, OneCoinDawidSkene, Selection, Wawa, ZeroBasedSkill, scores_are_soft,
 };
 use jury_core::{Judgments, Labels};
 use jury_metrics::Split;
@@ -40,13 +40,48 @@ pub struct NeuralStudy {
 pub struct Study<'a> {
     pub judgments: &'a Judgments,
     pub labels: Option<&'a Labels>,
-    /// The name of the method `recommended` stands for on these judgments.
-    pub recommended: &'static str,
+    /// The method `recommended` stood for and why, when the options named it.
+    pub recommendation: Option<Recommendation>,
     pub methods: Vec<MethodRun>,
     pub neural: Option<NeuralStudy>,
 }
 
+/// The method `recommended` stands for on one jury, and the criterion that chose it.
+#[derive(Debug, Clone)]
+pub struct Recommendation {
+    pub method: Method,
+    /// The candidates ([`Method::CANDIDATES`] that fit these judgments), their scores and
+    /// the rule that chose.
+    pub selection: Selection,
+    /// How long the choice took (every candidate fitted once per held-out judge).
+    pub seconds: f64,
+}
+
+impl Recommendation {
+    pub fn name(&self) -> &'static str {
+        self.selection.chosen_name()
+    }
+}
+
 impl Settings {
+    /// Chooses the method `recommended` stands for on `j` (see [`HeldOutJudges`]) among
+    /// [`Method::CANDIDATES`], the log-odds models only when most entries are scores
+    /// ([`scores_are_soft`]), with Dawid-Skene as the reference that stays unless beaten.
+    fn recommend(&self, j: &Judgments) -> Result<Recommendation, StudyError> {
+        let soft = scores_are_soft(j);
+        let candidates: Vec<(Method, Box<dyn Aggregator>)> = Method::CANDIDATES
+            .iter()
+            .filter(|m| soft || !m.models_log_odds())
+            .filter_map(|&m| self.aggregator(m).map(|a| (m, a)))
+            .collect();
+        let refs: Vec<&dyn Aggregator> = candidates.iter().map(|(_, a)| a.as_ref()).collect();
+        let start = Instant::now();
+        let reference = candidates.iter().position(|(m, _)| *m == Method::Ds).unwrap_or(0);
+        let selection = HeldOutJudges { seed: self.seed, ..HeldOutJudges::default() }.choose(j, &refs, reference)?;
+        let seconds = start.elapsed().as_secs_f64();
+        Ok(Recommendation { method: candidates[selection.chosen].0, selection, seconds })
+    }
+
     fn aggregator(&self, m: Method) -> Option<Box<dyn Aggregator>> {
         match m {
             Method::Avg => Some(Box::new(AverageProb { ties: self.ties })),
@@ -71,12 +106,16 @@ impl Settings {
         }
     }
 
-    /// The context-free methods to run on `j`, in order: `recommended` replaced by the
-    /// method it stands for, each method once.
-    fn resolved_methods(&self, j: &Judgments) -> Vec<Method> {
+    /// The context-free methods to run, in order: `recommended` replaced by the method it
+    /// stands for, each method once.
+    fn resolved_methods(&self, recommended: Option<Method>) -> Vec<Method> {
         let mut out: Vec<Method> = Vec::with_capacity(self.methods.len());
         for &m in &self.methods {
-            let m = if m == Method::Recommended { Method::recommended(j.n_classes(), j.n_judges()) } else { m };
+            let m = match (m, recommended) {
+                (Method::Recommended, Some(r)) => r,
+                (Method::Recommended, None) => continue,
+                _ => m,
+            };
             if !out.contains(&m) {
                 out.push(m);
             }
@@ -93,7 +132,9 @@ pub fn run<'a>(
     settings: &Settings,
     note: &dyn Fn(&Note),
 ) -> Result<Study<'a>, StudyError> {
-    let resolved = settings.resolved_methods(judgments);
+    let recommendation =
+        if settings.methods.contains(&Method::Recommended) { Some(settings.recommend(judgments)?) } else { None };
+    let resolved = settings.resolved_methods(recommendation.as_ref().map(|r| r.method));
     let mut methods = Vec::with_capacity(resolved.len());
     for aggregator in resolved.iter().filter_map(|&m| settings.aggregator(m)) {
         let start = Instant::now();
@@ -119,10 +160,7 @@ pub fn run<'a>(
             Some(neural_study(runs, &methods, labels, &opts))
         }
     };
-    let recommended = settings
-        .aggregator(Method::recommended(judgments.n_classes(), judgments.n_judges()))
-        .map_or("ds", |a| a.name());
-    Ok(Study { judgments, labels, recommended, methods, neural })
+    Ok(Study { judgments, labels, recommendation, methods, neural })
 }
 
 fn neural_study(runs: Vec<NeuralRun>, methods: &[MethodRun], labels: &Labels, opts: &NeuralOptions) -> NeuralStudy {

@@ -16,7 +16,7 @@ mod views;
 use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
-pub use combine::{MethodRun, NeuralStudy, Study, run};
+pub use combine::{MethodRun, NeuralStudy, Recommendation, Study, run};
 pub use options::{AggregateOptions, DsInit, DsPrior, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
 
 /// What a study could not do.

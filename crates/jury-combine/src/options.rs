@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use jury_aggregate::{Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkeneConfig, EmInit, TieBreak};
+use jury_aggregate::{Care, CareGaussian, ClassPrior, CorrelatedGaussian, DawidSkeneConfig, EmInit, EmStop, TieBreak};
 use jury_neural::{ComputeDevice, NeuralMethod, NeuralOptions, Recipe, SkillInit};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -16,8 +16,9 @@ use crate::StudyError;
 /// each aggregator reports the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
-    /// The recommended default: care-gauss for two classes, ds for more (see
-    /// [`Method::recommended`]).
+    /// The recommended default: Dawid-Skene, or the method whose labels, fitted without
+    /// each judge, predict that judge's votes clearly better (chosen per jury, see
+    /// `jury_aggregate::HeldOutJudges`).
     #[value(name = "recommended")]
     Recommended,
     /// AverageProb: the mean of the judges' probabilities.
@@ -59,7 +60,7 @@ pub enum Method {
     #[value(name = "gauss")]
     Gauss,
     /// CARE refined by a Gaussian over the judges' log-odds with one covariance shared by
-    /// the classes, two classes (the recommended default).
+    /// the classes, two classes.
     #[value(name = "care-gauss")]
     CareGauss,
     /// A context model trained on majority-vote labels (needs contexts and labels).
@@ -111,12 +112,29 @@ serde_by_value_name!(Method, "method");
 serde_by_value_name!(RecipeName, "recipe");
 
 impl Method {
-    /// The method `recommended` stands for on judgments with `n_classes` classes and
-    /// `n_judges` judges: the correlation-aware care-gauss for two classes and at most
-    /// `jury_aggregate::MAX_CORRELATED_JUDGES` judges (chosen on HaluEval and half of
-    /// TruthfulQA, docs/reproduction.md), Dawid-Skene otherwise.
-    pub fn recommended(n_classes: usize, n_judges: usize) -> Method {
-        if n_classes == 2 && n_judges <= jury_aggregate::MAX_CORRELATED_JUDGES { Method::CareGauss } else { Method::Ds }
+    /// The methods `recommended` chooses among, the simplest model first (a tie of the
+    /// criterion goes to the earlier one): every context-free method. Dawid-Skene is the
+    /// reference that stays unless another beats it clearly.
+    pub const CANDIDATES: [Method; 13] = [
+        Method::Avg,
+        Method::Mv,
+        Method::Wawa,
+        Method::Zbs,
+        Method::OneCoin,
+        Method::Mmsr,
+        Method::Kos,
+        Method::Glad,
+        Method::Mace,
+        Method::Ds,
+        Method::Care,
+        Method::Gauss,
+        Method::CareGauss,
+    ];
+
+    /// Whether the method models the judges' log-odds (care, gauss, care-gauss), which
+    /// hard verdicts do not have.
+    pub fn models_log_odds(self) -> bool {
+        matches!(self, Method::Care | Method::Gauss | Method::CareGauss)
     }
 
     /// The context-dependent method this is, if it is one.
@@ -167,8 +185,19 @@ pub enum Ties {
 pub enum DsPrior {
     /// Uniform, as in the paper.
     Uniform,
-    /// Learned with the confusion matrices.
+    /// Learned with the confusion matrices (crowd-kit's DawidSkene).
     Learned,
+}
+
+/// When Dawid-Skene's EM stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DsStop {
+    /// crowd-kit's: its objective per vote gains less than --ds-tol (it can fall, and
+    /// then EM stops early).
+    Objective,
+    /// The paper's: no parameter moves more than --ds-tol.
+    Params,
 }
 
 /// Dawid-Skene's start.
@@ -263,8 +292,8 @@ pub struct AggregateOptions {
     /// Seed for random tie-breaking and random EM initialisation.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Dawid-Skene class prior.
-    #[arg(long, value_enum, default_value_t = DsPrior::Uniform)]
+    /// Dawid-Skene class prior (learned: crowd-kit's; uniform: the paper's).
+    #[arg(long, value_enum, default_value_t = DsPrior::Learned)]
     pub ds_prior: DsPrior,
     /// Dawid-Skene start.
     #[arg(long, value_enum, default_value_t = DsInit::Mv)]
@@ -272,9 +301,13 @@ pub struct AggregateOptions {
     /// Dawid-Skene iteration cap.
     #[arg(long, default_value_t = 100)]
     pub ds_max_iter: usize,
-    /// Dawid-Skene tolerance on parameter change; 0 runs exactly --ds-max-iter iterations.
-    #[arg(long, default_value_t = 1e-6)]
+    /// Dawid-Skene tolerance of --ds-stop; 0 runs exactly --ds-max-iter iterations.
+    #[arg(long, default_value_t = 1e-5)]
     pub ds_tol: f64,
+    /// Dawid-Skene stopping rule (objective: crowd-kit's; params: the paper's, with
+    /// --ds-tol 1e-6 there).
+    #[arg(long, value_enum, default_value_t = DsStop::Objective)]
+    pub ds_stop: DsStop,
     /// CARE's weight of the sparse part against the low-rank part (gamma), for care and
     /// care-gauss.
     #[arg(long, default_value_t = Care::DEFAULT_GAMMA)]
@@ -364,10 +397,11 @@ impl Default for AggregateOptions {
             methods: vec![Method::Recommended, Method::Avg, Method::Mv, Method::Ds],
             ties: Ties::Positive,
             seed: 0,
-            ds_prior: DsPrior::Uniform,
+            ds_prior: DsPrior::Learned,
             ds_init: DsInit::Mv,
             ds_max_iter: 100,
-            ds_tol: 1e-6,
+            ds_tol: 1e-5,
+            ds_stop: DsStop::Objective,
             care_gamma: Care::DEFAULT_GAMMA,
             gauss_steps: CorrelatedGaussian::DEFAULT_STEPS,
             care_gauss_steps: CareGaussian::DEFAULT_STEPS,
@@ -523,7 +557,11 @@ impl Settings {
         if !(a.ds_tol.is_finite() && a.ds_tol >= 0.0) {
             return Err(bad("--ds-tol", format!("{}: expected a finite number, 0 or more", a.ds_tol)));
         }
-        let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, ties };
+        let stop = match a.ds_stop {
+            DsStop::Objective => EmStop::Objective,
+            DsStop::Params => EmStop::Params,
+        };
+        let ds = DawidSkeneConfig { prior, init, max_iter: a.ds_max_iter, tol: a.ds_tol, stop, ties };
         if !(a.care_gamma.is_finite() && a.care_gamma > 0.0) {
             return Err(bad("--care-gamma", format!("{}: expected a finite number above 0", a.care_gamma)));
         }

@@ -5,11 +5,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use jury_aggregate::Diagnostics;
+use jury_aggregate::{Diagnostics, Selection, SelectionRule};
 use jury_core::{Judgments, Labels, Posteriors};
 use jury_io::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, csv_field, terminal_text, write_atomic,
+    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, RecommendationMetrics, csv_field, terminal_text, write_atomic,
 };
 use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
@@ -33,6 +33,23 @@ fn coverage(j: &Judgments) -> Vec<f64> {
     let mut count = vec![0usize; j.n_judges()];
     j.entries().for_each(|(_, k, _)| count[k] += 1);
     count.into_iter().map(|c| c as f64 / j.n_examples() as f64).collect()
+}
+
+fn recommendation(s: &Selection, seconds: f64) -> RecommendationMetrics {
+    let (rule, folds, examples) = match s.rule {
+        SelectionRule::HeldOutJudges { folds, examples } => (RecommendationMetrics::HELD_OUT_JUDGES, folds, examples),
+        SelectionRule::TooFewJudges => (RecommendationMetrics::TOO_FEW_JUDGES, 0, 0),
+    };
+    RecommendationMetrics {
+        rule: rule.to_owned(),
+        reference: s.scores[s.reference].name.to_owned(),
+        min_gain_se: jury_aggregate::MIN_GAIN_SE,
+        folds,
+        examples,
+        scores: Named(s.scores.iter().map(|c| (c.name.to_owned(), c.score)).collect()),
+        gain_se: Named(s.scores.iter().map(|c| (c.name.to_owned(), c.gain_se)).collect()),
+        seconds,
+    }
 }
 
 fn diagnostics(d: &Diagnostics, j: &Judgments) -> DiagnosticMetrics {
@@ -124,7 +141,8 @@ impl<'a> Study<'a> {
             n_judges: j.n_judges(),
             n_classes: j.n_classes(),
             n_labeled: labels.map(Labels::n_labeled),
-            recommended_method: self.recommended.to_owned(),
+            recommended_method: self.recommendation.as_ref().map_or_else(String::new, |r| r.name().to_owned()),
+            recommendation: self.recommendation.as_ref().map(|r| recommendation(&r.selection, r.seconds)),
             agreement: {
                 let a = jury_metrics::jury_agreement(j);
                 Some(AgreementMetrics {

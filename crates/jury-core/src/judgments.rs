@@ -105,6 +105,39 @@ impl Judgments {
         self.judges.len()
     }
 
+    /// The sub-matrix of examples `examples` (in that order) and the judges `keep` marks,
+    /// without the examples left with no entry, and for each of its examples its index
+    /// here. Judges keep their relative order.
+    pub fn restrict(&self, examples: &[usize], keep: &[bool]) -> (Self, Vec<usize>) {
+        let c = self.n_classes;
+        let mut new_index = vec![u32::MAX; self.n_judges()];
+        let mut judge_names = Vec::new();
+        for (k, name) in self.judge_names.iter().enumerate() {
+            if keep.get(k).copied().unwrap_or(false) {
+                new_index[k] = judge_names.len() as u32;
+                judge_names.push(name.clone());
+            }
+        }
+        let (mut example_ids, mut origin, mut row_start) = (Vec::new(), Vec::new(), vec![0]);
+        let (mut judges, mut probs) = (Vec::new(), Vec::new());
+        for &n in examples {
+            let before = judges.len();
+            for (k, p) in self.row(n) {
+                if new_index[k] != u32::MAX {
+                    judges.push(new_index[k]);
+                    probs.extend_from_slice(p);
+                }
+            }
+            if judges.len() > before {
+                example_ids.push(self.example_ids[n].clone());
+                origin.push(n);
+                row_start.push(judges.len());
+            }
+        }
+        debug_assert_eq!(probs.len(), judges.len() * c);
+        (Judgments { example_ids, judge_names, n_classes: c, row_start, judges, probs }, origin)
+    }
+
     /// The same data with judges in the order `order` (indices into the current judges).
     /// Used to check that aggregators do not depend on judge order.
     pub fn reorder_judges(&self, order: &[usize]) -> Result<Self, CoreError> {

@@ -28,7 +28,7 @@ pub use manifest::{
 };
 pub use metrics::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, NeuralMetrics, OverSeeds,
+    MethodMetrics, Metrics, NeuralMetrics, OverSeeds, RecommendationMetrics,
 };
 pub use output::{OutputDir, OutputError, Owner, Protected};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};

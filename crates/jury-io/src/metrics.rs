@@ -20,6 +20,10 @@ pub struct Metrics {
     /// column first. Empty in files written before there was one.
     #[serde(default)]
     pub recommended_method: String,
+    /// Why `recommended_method` was chosen on this jury; absent when the study did not
+    /// choose one (and in files written before the choice depended on the jury).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendation: Option<RecommendationMetrics>,
     /// How much the whole jury agrees beyond chance (hard votes, label-free); absent in
     /// files written before it was measured.
     #[serde(default)]
@@ -31,6 +35,37 @@ pub struct Metrics {
     pub seeds: Option<Vec<u64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dev_sets: Option<Vec<Vec<String>>>,
+}
+
+/// How the recommended method was chosen: each candidate fitted with one judge (and its
+/// near-copies) held out, scored by the mean log-likelihood of that judge's votes given
+/// the candidate's labels; the reference stays unless another scores clearly higher
+/// (`jury_aggregate::HeldOutJudges`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecommendationMetrics {
+    /// [`RecommendationMetrics::HELD_OUT_JUDGES`] (the highest score) or
+    /// [`RecommendationMetrics::TOO_FEW_JUDGES`] (no judge could be held out: the
+    /// reference).
+    pub rule: String,
+    /// The method that stays unless another's score beats it by `min_gain_se` standard
+    /// errors.
+    pub reference: String,
+    pub min_gain_se: f64,
+    /// Judges held out, each with its near-copies, and the examples the scores read.
+    pub folds: usize,
+    pub examples: usize,
+    /// Each candidate's mean log-likelihood per held-out vote, the simplest model first;
+    /// `null` for a candidate that could not fit these judgments.
+    pub scores: Named<Option<f64>>,
+    /// Each candidate's gain over the reference in standard errors.
+    pub gain_se: Named<Option<f64>>,
+    /// How long the choice took; the chosen method's own fit is its `seconds`.
+    pub seconds: f64,
+}
+
+impl RecommendationMetrics {
+    pub const HELD_OUT_JUDGES: &'static str = "held-out judges";
+    pub const TOO_FEW_JUDGES: &'static str = "too few judges";
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -288,6 +323,7 @@ mod tests {
             n_classes: 2,
             n_labeled: Some(5),
             recommended_method: "gauss".into(),
+            recommendation: None,
             agreement: Some(AgreementMetrics {
                 fleiss_kappa: Some(0.4),
                 krippendorff_alpha: None,
