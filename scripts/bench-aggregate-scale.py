@@ -45,7 +45,7 @@ def long_line(path, size=128_000_000):
         f.write("e2,a,0.1\n")
 
 
-SUITE = ["wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]
+SUITE = ["recommended", "wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]
 # The correlation-aware methods refuse juries of over 500 judges (jury_aggregate::
 # MAX_CORRELATED_JUDGES), so they run on the dense file only.
 CORRELATED = ["care", "gauss", "care-gauss"]

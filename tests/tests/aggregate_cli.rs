@@ -96,8 +96,9 @@ fn aggregates_and_scores_a_simulated_jury() {
     assert_eq!(first[7], if p > 0.5 { "1" } else { "0" });
 }
 
-/// No --methods: the recommended method first, named in metrics.json with its
-/// label-free diagnostic, then avg, mv and ds.
+/// No --methods: the recommended method first, named in metrics.json with why it was
+/// chosen (every candidate's held-out-judge score against the reference's), then avg, mv
+/// and ds; the report says why in a line.
 #[test]
 fn the_default_methods_start_with_the_recommended_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -107,13 +108,22 @@ fn the_default_methods_start_with_the_recommended_one() {
     let out = jury(&["aggregate", "--judgments", path_str(&j), "--out", path_str(&out_dir)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
-    assert_eq!(m["recommended_method"], "care-gauss");
+    let recommended = m["recommended_method"].as_str().unwrap().to_owned();
+    let r = &m["recommendation"];
+    assert_eq!((r["rule"].as_str(), r["reference"].as_str()), (Some("held-out judges"), Some("ds")), "{r}");
+    assert_eq!(r["folds"], 6, "the simulated jury's six judges, none a copy of another: {r}");
+    let scores = r["scores"].as_object().unwrap();
+    let candidates = ["avg", "mv", "wawa", "zbs", "onecoin", "mmsr", "kos", "glad", "mace", "ds", "care", "gauss"];
+    assert!(candidates.iter().all(|c| scores[*c].as_f64().is_some_and(|s| s < 0.0)), "{r}");
+    assert_eq!(r["gain_se"]["ds"], 0.0);
+    let gain = r["gain_se"][&recommended].as_f64().unwrap();
+    assert!(recommended == "ds" || gain >= 2.0, "{recommended} chosen at {gain} standard errors: {r}");
     let names: Vec<&String> = m["methods"].as_object().unwrap().keys().collect();
-    assert_eq!(names, ["care-gauss", "avg", "mv", "ds"]);
-    let recommended = &m["methods"]["care-gauss"];
-    assert!(recommended["held_out_gain"].as_f64().is_some_and(f64::is_finite), "{recommended}");
+    assert_eq!(names[0], &recommended);
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
-    assert!(predictions.starts_with("example_id,care-gauss_p,care-gauss_label,avg_p,"), "{predictions}");
+    assert!(predictions.starts_with(&format!("example_id,{recommended}_p,{recommended}_label,")), "{predictions}");
+    let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(report.contains("recommended method"), "the report says why");
 }
 
 #[test]
@@ -847,9 +857,9 @@ fn a_crowd_of_200000_judges_each_on_its_own_example_aggregates_and_reports() {
     let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
     assert_eq!((m["n_examples"].as_u64(), m["n_judges"].as_u64()), (Some(200_000), Some(200_000)));
     assert_eq!(m["methods"]["mv"]["accuracy"].as_f64(), Some(1.0), "every vote is right");
-    // Too many judges for the correlation-aware default: Dawid-Skene stands in.
+    // Too sparse a crowd to hold a judge out: the reference, Dawid-Skene, stands.
     assert_eq!(m["recommended_method"], "ds");
-    assert!(m["methods"].get("care-gauss").is_none());
+    assert_eq!(m["recommendation"]["rule"], "too many judges");
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("The 30 judges with the most judgments of 200000"));
     assert!(report.len() < 2_000_000, "report of {} bytes", report.len());

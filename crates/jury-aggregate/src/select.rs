@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-use crate::{AggregateError, Aggregator};
+use crate::{AggregateError, Aggregator, MAX_CORRELATED_JUDGES};
 
 /// The settings of the held-out-judge criterion.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,9 +51,13 @@ pub enum SelectionRule {
     /// [`MIN_GAIN_SE`] standard errors, over `folds` held-out judges (each with its
     /// near-copies) on `examples` examples.
     HeldOutJudges { folds: usize, examples: usize },
-    /// No judge could be held out with another left to fit on (fewer than three judges,
-    /// or every judge a copy of the rest): the reference.
+    /// No judge could be held out with two left to fit on (fewer than three judges, or
+    /// every judge a copy of the rest): the reference.
     TooFewJudges,
+    /// More than [`MAX_CORRELATED_JUDGES`] judges: a sparse crowd, whose judges share too
+    /// few examples to predict one from the others (and whose families would need
+    /// judges x judges counts): the reference.
+    TooManyJudges,
 }
 
 /// One candidate's result under the criterion.
@@ -101,6 +105,14 @@ impl HeldOutJudges {
         if j.n_examples() == 0 {
             return Err(AggregateError::Empty { method: "recommended" });
         }
+        let name = |i: usize| candidates[i].name();
+        let unscored = |rule| {
+            let scores = (0..candidates.len()).map(|i| CandidateScore { name: name(i), score: None, gain_se: None });
+            Selection { scores: scores.collect(), chosen: reference, reference, rule }
+        };
+        if j.n_judges() > MAX_CORRELATED_JUDGES {
+            return Ok(unscored(SelectionRule::TooManyJudges));
+        }
         let rows = self.rows(j);
         let votes = Votes::read(j, &rows);
         let families = votes.families();
@@ -141,10 +153,8 @@ impl HeldOutJudges {
                 }
             }
         }
-        let name = |i: usize| candidates[i].name();
         if folds == 0 {
-            let scores = (0..candidates.len()).map(|i| CandidateScore { name: name(i), score: None, gain_se: None });
-            return Ok(Selection { scores: scores.collect(), chosen: reference, reference, rule: SelectionRule::TooFewJudges });
+            return Ok(unscored(SelectionRule::TooFewJudges));
         }
         let base = by_example[reference].clone().unwrap_or_default();
         let scores: Vec<CandidateScore> = by_example

@@ -39,6 +39,7 @@ fn recommendation(s: &Selection, seconds: f64) -> RecommendationMetrics {
     let (rule, folds, examples) = match s.rule {
         SelectionRule::HeldOutJudges { folds, examples } => (RecommendationMetrics::HELD_OUT_JUDGES, folds, examples),
         SelectionRule::TooFewJudges => (RecommendationMetrics::TOO_FEW_JUDGES, 0, 0),
+        SelectionRule::TooManyJudges => (RecommendationMetrics::TOO_MANY_JUDGES, 0, 0),
     };
     RecommendationMetrics {
         rule: rule.to_owned(),

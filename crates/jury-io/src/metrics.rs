@@ -44,8 +44,9 @@ pub struct Metrics {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecommendationMetrics {
     /// [`RecommendationMetrics::HELD_OUT_JUDGES`] (the highest score) or
-    /// [`RecommendationMetrics::TOO_FEW_JUDGES`] (no judge could be held out: the
-    /// reference).
+    /// [`RecommendationMetrics::TOO_FEW_JUDGES`] or
+    /// [`RecommendationMetrics::TOO_MANY_JUDGES`] (no judge could be held out, or the
+    /// crowd is too sparse to: the reference).
     pub rule: String,
     /// The method that stays unless another's score beats it by `min_gain_se` standard
     /// errors.
@@ -66,6 +67,7 @@ pub struct RecommendationMetrics {
 impl RecommendationMetrics {
     pub const HELD_OUT_JUDGES: &'static str = "held-out judges";
     pub const TOO_FEW_JUDGES: &'static str = "too few judges";
+    pub const TOO_MANY_JUDGES: &'static str = "too many judges";
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

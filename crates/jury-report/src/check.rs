@@ -55,6 +55,7 @@ const BRIER: (f64, f64) = (0.0, 2.0);
 const CORRELATION: (f64, f64) = (-1.0, 1.0);
 const AT_MOST_ONE: (f64, f64) = (f64::NEG_INFINITY, 1.0);
 const NON_NEGATIVE: (f64, f64) = (0.0, f64::INFINITY);
+const NON_POSITIVE: (f64, f64) = (f64::NEG_INFINITY, 0.0);
 
 /// metrics.json's judges, agreement and methods.
 pub(crate) fn metrics(path: &Path, m: &Metrics) -> Result<(), ReportError> {
@@ -74,6 +75,13 @@ pub(crate) fn metrics(path: &Path, m: &Metrics) -> Result<(), ReportError> {
             }
             f.within("agreement.error_correlation.family_threshold", e.family_threshold, CORRELATION, false)?;
         }
+    }
+    if let Some(r) = &m.recommendation {
+        for (name, score) in &r.scores.0 {
+            // A mean log-likelihood.
+            f.opt(&format!("recommendation.scores.{name}"), *score, NON_POSITIVE)?;
+        }
+        f.within("recommendation.seconds", r.seconds, NON_NEGATIVE, false)?;
     }
     for (name, method) in &m.methods.0 {
         let field = |what: &str| format!("methods.{name}.{what}");

@@ -561,7 +561,7 @@ fn hardest(j: &Judgments, labels: Option<&Labels>, contexts: Option<&HashMap<Str
 /// standard errors, or the best other candidate's when the reference stayed.
 fn recommendation_line(chosen: &str, r: &jury_io::RecommendationMetrics) -> String {
     if r.rule != jury_io::RecommendationMetrics::HELD_OUT_JUDGES {
-        return format!("{chosen}: too few judges to hold one out, so the reference");
+        return format!("{chosen}: the reference ({}: no judge can be held out and predicted)", r.rule);
     }
     let gain = |m: &str| r.gain_se.0.iter().find(|(n, _)| n == m).and_then(|(_, g)| *g);
     let held = format!("{} judges held out with their near-copies, {} examples", r.folds, r.examples);
