@@ -168,7 +168,13 @@ impl HeldOutJudges {
                 let var = gain.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
                 let se = (n as f64 * var).sqrt() / folds as f64;
                 let diff = mean * n as f64 / folds as f64;
-                let gain_se = if i == reference { 0.0 } else if se > 0.0 { diff / se } else { 0.0 };
+                let gain_se = if i == reference {
+                    0.0
+                } else if se > 0.0 {
+                    diff / se
+                } else {
+                    0.0
+                };
                 CandidateScore { name: name(i), score: Some(score), gain_se: Some(gain_se) }
             })
             .collect();

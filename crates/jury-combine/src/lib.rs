@@ -17,7 +17,9 @@ use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use combine::{MethodRun, NeuralStudy, Recommendation, Study, run};
-pub use options::{AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties};
+pub use options::{
+    AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
+};
 
 /// What a study could not do.
 #[derive(Debug, thiserror::Error)]

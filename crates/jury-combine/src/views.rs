@@ -9,7 +9,8 @@ use jury_aggregate::{Diagnostics, Selection, SelectionRule};
 use jury_core::{Judgments, Labels, Posteriors};
 use jury_io::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, RecommendationMetrics, csv_field, terminal_text, write_atomic,
+    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, RecommendationMetrics, csv_field, terminal_text,
+    write_atomic,
 };
 use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
