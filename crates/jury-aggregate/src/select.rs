@@ -39,6 +39,11 @@ impl Default for HeldOutJudges {
     }
 }
 
+/// The most judges held out, those with the most votes among the examples read (the
+/// others still vote in every fit): the choice costs at most this many fits of each
+/// candidate.
+pub const MAX_FOLDS: usize = 40;
+
 /// How many standard errors a candidate's score must exceed the reference's by to
 /// displace it: a one-sided test at about 2%, the conventional line between a difference
 /// and noise.
@@ -116,9 +121,14 @@ impl HeldOutJudges {
         let rows = self.rows(j);
         let votes = Votes::read(j, &rows);
         let families = votes.families();
+        let mut held_out: Vec<usize> = (0..j.n_judges()).collect();
+        held_out.sort_by_cached_key(|&k| std::cmp::Reverse(votes.count(k)));
+        held_out.truncate(MAX_FOLDS);
+        held_out.sort_unstable();
         // Folds run on every core, each fold's scores kept in fold order, so the sums
         // (and the choice) do not depend on the number of threads.
-        let per_fold = on_threads(families.len(), |held| {
+        let per_fold = on_threads(held_out.len(), |fold| {
+            let held = held_out[fold];
             let keep: Vec<bool> = families[held].iter().map(|&in_family| !in_family).collect();
             if keep.iter().filter(|&&k| k).count() < 2 || votes.count(held) == 0 {
                 return Ok(None);
@@ -226,11 +236,18 @@ fn on_threads<T: Send>(
     slots.into_iter().map(|s| s.unwrap_or(Err(AggregateError::Empty { method: "recommended" }))).collect()
 }
 
-/// Whether most of the jury's entries are scores rather than verdicts (some probability
-/// strictly between 0 and 1): the log-odds models (care, gauss, care-gauss) need them, a
-/// hard verdict's log-odds being a clipped constant.
+/// Whether most of the jury's entries are scores rather than verdicts: a probability
+/// strictly between 0 and 1 from a judge whose probabilities take at least three values.
+/// The log-odds models (care, gauss, care-gauss) need them; a verdict's log-odds is a
+/// constant (clipped at 0 and 1, or a fixed confidence such as 0.2 and 0.8).
 pub fn scores_are_soft(j: &Judgments) -> bool {
-    let soft = j.entries().filter(|(_, _, p)| p.iter().any(|&x| x > 0.0 && x < 1.0)).count();
+    let mut seen: Vec<Vec<&[f64]>> = vec![Vec::new(); j.n_judges()];
+    for (_, k, p) in j.entries() {
+        if seen[k].len() < 3 && !seen[k].contains(&p) {
+            seen[k].push(p);
+        }
+    }
+    let soft = j.entries().filter(|(_, k, p)| seen[*k].len() >= 3 && p.iter().any(|&x| x > 0.0 && x < 1.0)).count();
     2 * soft > j.n_present()
 }
 
@@ -420,6 +437,25 @@ mod tests {
         assert!(!families[3][6..].iter().any(|&f| f), "and without the independent judges");
     }
 
+    /// A crowd of more judges than [`MAX_FOLDS`] holds out only the most active ones.
+    #[test]
+    fn a_large_crowd_holds_out_its_most_active_judges() {
+        let skill: Vec<f64> = (0..60).map(|k| 0.6 + 0.005 * k as f64).collect();
+        let (full, _) = jury(200, &skill, &[None; 60], 6);
+        // Judge k keeps its first 100 + k examples.
+        let (mut b, n) = (jury_core::JudgmentsBuilder::new(2).unwrap(), full.n_examples());
+        for e in 0..n {
+            for (k, p) in full.row(e) {
+                if e < 100 + k {
+                    b.push_slice(&full.example_ids()[e], &full.judge_names()[k], Some(p)).unwrap();
+                }
+            }
+        }
+        let j = b.build();
+        let (s, _) = choose(&j);
+        assert!(matches!(s.rule, SelectionRule::HeldOutJudges { folds: MAX_FOLDS, .. }), "{s:?}");
+    }
+
     /// Judges independent given the truth: Dawid-Skene's model holds, so it stays, or the
     /// choice labels as it does.
     #[test]
@@ -463,7 +499,16 @@ mod tests {
     fn hard_verdicts_are_not_scores() {
         let (j, _) = jury(50, &[0.6, 0.7, 0.8], &[None; 3], 5);
         assert!(!scores_are_soft(&j));
-        let soft = crate::testutil::binary(&[&[Some(0.3), Some(0.9)], &[Some(1.0), Some(0.6)]]);
+        let soft = crate::testutil::binary(&[
+            &[Some(0.3), Some(0.9)],
+            &[Some(1.0), Some(0.6)],
+            &[Some(0.2), Some(0.7)],
+            &[Some(0.4), Some(0.1)],
+        ]);
         assert!(scores_are_soft(&soft));
+        // A fixed confidence is a verdict too: two values per judge.
+        let fixed =
+            crate::testutil::binary(&[&[Some(0.2), Some(0.8)], &[Some(0.8), Some(0.8)], &[Some(0.2), Some(0.2)]]);
+        assert!(!scores_are_soft(&fixed));
     }
 }
