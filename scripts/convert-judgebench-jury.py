@@ -33,6 +33,8 @@ import math
 import os
 import sys
 
+from jury_files import write_jury
+
 PATTERN = "dataset=judgebench,response_model=gpt-4o-2024-05-13,judge_name=*,judge_model=*.jsonl"
 SHORT = {
     "Ray2333_GRM-Gemma-2B-rewardmodel-ft": "GRM-Gemma-2B",
@@ -91,16 +93,7 @@ def main():
                         if v is not None:
                             rows.append((ex, f"{name}/{fields['judge_name']}/order={order}", v))
 
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "judgments.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "judge", "p"])
-        w.writerows((ex, j, f"{p:.6g}") for ex, j, p in rows)
-    with open(os.path.join(args.out, "labels.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "label"])
-        w.writerows(sorted(labels.items()))
-    print(f"wrote {len(rows)} judgments ({len({r[1] for r in rows})} judges, {len(labels)} examples) to {args.out}")
+    write_jury(args.out, [(ex, j, f"{p:.6g}") for ex, j, p in rows], labels)
 
 
 if __name__ == "__main__":

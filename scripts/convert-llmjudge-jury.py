@@ -27,10 +27,11 @@ Output (in --out): judgments.csv (example_id, judge, p) and labels.csv
 commit the outputs.
 """
 import argparse
-import csv
 import glob
 import os
 import sys
+
+from jury_files import write_jury
 
 
 def read_qrels(path):
@@ -67,17 +68,7 @@ def main():
                 continue
             rows.append((ex, judge, 1.0 if int(grade) >= 2 else 0.0))
 
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "judgments.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "judge", "p"])
-        w.writerows(rows)
-    with open(os.path.join(args.out, "labels.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "label"])
-        w.writerows(sorted(labels.items()))
-    judges = len({r[1] for r in rows})
-    print(f"wrote {len(rows)} judgments ({judges} judges, {len(labels)} examples) to {args.out}")
+    write_jury(args.out, rows, labels)
 
 
 if __name__ == "__main__":

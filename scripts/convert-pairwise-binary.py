@@ -21,6 +21,8 @@ import json
 import os
 import sys
 
+from jury_files import write_jury
+
 
 def llmbar(root):
     rows, labels = [], {}
@@ -73,17 +75,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     rows, labels = llmbar(args.llmbar) if args.llmbar else pandalm(args.pandalm)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "judgments.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "judge", "p"])
-        w.writerows(rows)
-    with open(os.path.join(args.out, "labels.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "label"])
-        w.writerows(sorted(labels.items()))
-    judges = len({r[1] for r in rows})
-    print(f"wrote {len(rows)} judgments ({judges} judges, {len(labels)} examples) to {args.out}")
+    write_jury(args.out, rows, labels)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ import re
 import sys
 from collections import defaultdict
 
+from jury_files import write_jury
+
 COLLECTIONS = ("dl19", "dl20", "dl21")
 COLL = re.compile(r"(dl19|dl20|dl21|dl22|dlantique|antique)")
 
@@ -131,16 +133,7 @@ def main():
                 sys.exit(f"error: {path}: score {v} outside 0..{top}")
             rows.append((ex, judge, p))
 
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "judgments.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "judge", "p"])
-        w.writerows((ex, j, f"{p:.6g}") for ex, j, p in rows)
-    with open(os.path.join(args.out, "labels.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "label"])
-        w.writerows(sorted(labels.items()))
-    print(f"wrote {len(rows)} judgments ({len({r[1] for r in rows})} judges, {len(labels)} examples) to {args.out}")
+    write_jury(args.out, [(ex, j, f"{p:.6g}") for ex, j, p in rows], labels)
 
 
 if __name__ == "__main__":

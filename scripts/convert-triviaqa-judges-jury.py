@@ -29,6 +29,8 @@ import csv
 import os
 import sys
 
+from jury_files import write_jury
+
 VERSIONS = {
     "V1": ("TriviaQA_Judges_w_HumanJudgement_V1.csv", "HumanJudgement", []),
     "V2": ("TriviaQA_Judges_w_HumanJudgement_V2.csv", "Human-Eval", ["Human-Eval_Confidence"]),
@@ -63,16 +65,7 @@ def main():
             labels[ex] = int(verdict[r[label_col]])
             rows.extend(votes)
 
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "judgments.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "judge", "p"])
-        w.writerows(rows)
-    with open(os.path.join(args.out, "labels.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["example_id", "label"])
-        w.writerows(sorted(labels.items()))
-    print(f"wrote {len(rows)} judgments ({len({r[1] for r in rows})} judges, {len(labels)} examples) to {args.out}")
+    write_jury(args.out, rows, labels)
 
 
 if __name__ == "__main__":

@@ -370,7 +370,21 @@ fn m_step(votes: &Votes, t: &[f64], prior: ClassPrior, uniform: &[f64], prev: Op
 fn objective(votes: &Votes, t: &[f64], params: &Flat) -> f64 {
     let c = votes.n_classes;
     let cc = c * c;
-    let log_prior: Vec<f64> = params.class_prior.iter().map(|x| x.max(EPS).ln()).collect();
+    crowd_kit_objective(votes, t, &params.class_prior, |k, class, vote| {
+        params.confusion[k * cc + class * c + vote].ln()
+    })
+}
+
+/// The body of crowd-kit's `_evidence_lower_bound`, shared by Dawid-Skene and one-coin:
+/// `ln_confusion(judge, class, vote)` is the log of the judge's confusion entry.
+pub(crate) fn crowd_kit_objective(
+    votes: &Votes,
+    t: &[f64],
+    prior: &[f64],
+    ln_confusion: impl Fn(usize, usize, usize) -> f64,
+) -> f64 {
+    let c = votes.n_classes;
+    let log_prior: Vec<f64> = prior.iter().map(|x| x.max(EPS).ln()).collect();
     let mut total = 0.0;
     for p in 0..votes.n_patterns() {
         let pat = votes.pattern(p);
@@ -380,9 +394,8 @@ fn objective(votes: &Votes, t: &[f64], params: &Flat) -> f64 {
         let tp = &t[p * c..(p + 1) * c];
         let mut q = 0.0;
         for &(k, v) in pat {
-            let conf = &params.confusion[k as usize * cc..(k as usize + 1) * cc];
             for (class, x) in tp.iter().enumerate() {
-                q += x * (conf[class * c + v as usize].ln() + log_prior[class]);
+                q += x * (ln_confusion(k as usize, class, v as usize) + log_prior[class]);
             }
         }
         let entropy: f64 = tp.iter().map(|&x| -x.max(EPS) * x.max(EPS).ln()).sum();

@@ -100,27 +100,17 @@ fn m_step(votes: &Votes, t: &[f64], per_judge: &[f64]) -> Vec<f64> {
 /// plus the posteriors' entropy (posteriors floored at EPS there).
 fn crowd_kit_objective(votes: &Votes, t: &[f64], prior: &[f64], skills: &[f64]) -> f64 {
     let c = votes.n_classes;
-    let log_prior: Vec<f64> = prior.iter().map(|q| q.max(EPS).ln()).collect();
     let ln = |x: f64| x.clamp(EPS, 1.0 - EPS).ln();
-    let mut total = 0.0;
-    for p in 0..votes.n_patterns() {
-        let pat = votes.pattern(p);
-        if pat.is_empty() {
-            continue;
-        }
-        let tp = &t[p * c..(p + 1) * c];
-        let mut q = 0.0;
-        for &(k, v) in pat {
-            let s = skills[k as usize];
-            let (right, wrong) = (ln(s), ln((1.0 - s) / (c - 1) as f64));
-            for (class, x) in tp.iter().enumerate() {
-                q += x * (if class == v as usize { right } else { wrong } + log_prior[class]);
-            }
-        }
-        let entropy: f64 = tp.iter().map(|&x| -x.max(EPS) * x.max(EPS).ln()).sum();
-        total += votes.counts[p] * (q + entropy);
-    }
-    total
+    let right: Vec<f64> = skills.iter().map(|&s| ln(s)).collect();
+    let wrong: Vec<f64> = skills.iter().map(|&s| ln((1.0 - s) / (c - 1) as f64)).collect();
+    crate::dawid_skene::crowd_kit_objective(
+        votes,
+        t,
+        prior,
+        |k, class, vote| {
+            if class == vote { right[k] } else { wrong[k] }
+        },
+    )
 }
 
 /// Posteriors per pattern (P x C) and the observed-data log-likelihood.

@@ -133,8 +133,7 @@ impl HeldOutJudges {
             if keep.iter().filter(|&&k| k).count() < 2 || votes.count(held) == 0 {
                 return Ok(None);
             }
-            let (sub, origin) = j.restrict(&rows, &keep);
-            let position: Vec<usize> = origin.iter().map(|&n| rows.binary_search(&n).unwrap_or(0)).collect();
+            let (sub, position) = j.restrict(&rows, &keep);
             let mut fold = Vec::with_capacity(candidates.len());
             for candidate in candidates {
                 fold.push(match candidate.aggregate(&sub) {
@@ -221,11 +220,12 @@ fn on_threads<T: Send>(
     f: impl Fn(usize) -> Result<T, AggregateError> + Sync,
 ) -> Result<Vec<T>, AggregateError> {
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, n.max(1));
+    let per_thread = n.div_ceil(threads).max(1);
     let mut slots: Vec<Option<Result<T, AggregateError>>> = (0..n).map(|_| None).collect();
     std::thread::scope(|scope| {
-        for (t, chunk) in slots.chunks_mut(n.div_ceil(threads).max(1)).enumerate() {
+        for (t, chunk) in slots.chunks_mut(per_thread).enumerate() {
             let f = &f;
-            let first = t * n.div_ceil(threads).max(1);
+            let first = t * per_thread;
             scope.spawn(move || {
                 for (i, slot) in chunk.iter_mut().enumerate() {
                     *slot = Some(f(first + i));

@@ -105,9 +105,9 @@ impl Judgments {
         self.judges.len()
     }
 
-    /// The sub-matrix of examples `examples` (in that order) and the judges `keep` marks,
-    /// without the examples left with no entry, and for each of its examples its index
-    /// here. Judges keep their relative order.
+    /// The sub-matrix of examples `examples` (distinct, in that order) and the judges
+    /// `keep` marks, without the examples left with no entry, and for each of its
+    /// examples its position in `examples`. Judges keep their relative order.
     pub fn restrict(&self, examples: &[usize], keep: &[bool]) -> (Self, Vec<usize>) {
         let c = self.n_classes;
         let mut new_index = vec![u32::MAX; self.n_judges()];
@@ -120,7 +120,7 @@ impl Judgments {
         }
         let (mut example_ids, mut origin, mut row_start) = (Vec::new(), Vec::new(), vec![0]);
         let (mut judges, mut probs) = (Vec::new(), Vec::new());
-        for &n in examples {
+        for (at, &n) in examples.iter().enumerate() {
             let before = judges.len();
             for (k, p) in self.row(n) {
                 if new_index[k] != u32::MAX {
@@ -130,7 +130,7 @@ impl Judgments {
             }
             if judges.len() > before {
                 example_ids.push(self.example_ids[n].clone());
-                origin.push(n);
+                origin.push(at);
                 row_start.push(judges.len());
             }
         }
@@ -348,6 +348,21 @@ fn intern(index: &mut HashMap<String, usize>, names: &mut Vec<String>, name: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restrict_keeps_the_chosen_examples_and_judges_and_drops_the_empty() {
+        let mut b = JudgmentsBuilder::new(2).unwrap();
+        for (e, k, p) in [("e0", "a", 0.9), ("e0", "b", 0.2), ("e1", "b", 0.4), ("e2", "a", 0.7), ("e2", "c", 0.1)] {
+            b.push_binary(e, k, Some(p)).unwrap();
+        }
+        let j = b.build();
+        let (sub, position) = j.restrict(&[2, 1, 0], &[true, false, true]);
+        assert_eq!(sub.example_ids(), ["e2", "e0"], "e1 had only b");
+        assert_eq!(position, [0, 2]);
+        assert_eq!(sub.judge_names(), ["a", "c"]);
+        assert_eq!(sub.get(0, 1), j.get(2, 2));
+        assert_eq!((sub.get(1, 0), sub.get(1, 1)), (j.get(0, 0), None));
+    }
 
     #[test]
     fn builder_keeps_first_appearance_order_and_missing_entries() {
