@@ -48,7 +48,7 @@ def main():
             "same_tokens": sum(jtoks.get(e) == stoks.get(e) for e in both) / len(both),
             "within_0.03": sum(d <= 0.03 for d in diffs) / len(diffs),
             "median_abs_diff": statistics.median(diffs), "max_abs_diff": max(diffs),
-            "prefix_cache_flushes": jm["prefix_cache_flushes"], "captured_mass": mass,
+            "prefix_cache_entries": jm["prefix_cache_entries"], "captured_mass": mass,
         }), flush=True)
 
 

@@ -3,11 +3,13 @@
 devices (scripts/gpu-check judges): examples per second (the manifest's judge seconds,
 model load excluded), the share of examples whose normalised P(positive) is within 0.03
 of the reference run's, the median and largest difference, the share on the same side of
-0.5, whether the judged token sequences are identical (prompts.jsonl), and the peak GPU
-memory sampled during each run (gpumem-LABEL.csv from nvidia-smi, when present).
-Prints one markdown table. Standard library only.
+0.5, whether the judged token sequences are identical (prompts.jsonl), the peak GPU
+memory sampled during each run (gpumem-LABEL.csv from nvidia-smi, when present), and the
+process's resident host memory after its first judgment and at its last, with the growth
+per judgment over the second half of the run (rss-LABEL.csv: seconds, judgments done,
+resident kB; when present). Prints one markdown table. Standard library only.
 
-  scripts/compare-judge-runs.py [--reference LABEL] [--gpu-memory-dir DIR] LABEL=RUN_DIR ...
+  scripts/compare-judge-runs.py [--reference LABEL] [--gpu-memory-dir DIR] [--rss-dir DIR] LABEL=RUN_DIR ...
 """
 import argparse
 import csv
@@ -47,11 +49,33 @@ def peak_mib(path):
     return max(values) if values else None
 
 
+def host_memory(path):
+    """(MiB after the first judgment, MiB at the last, MB per judgment over the second
+    half of the judgments) from an rss-LABEL.csv, or None."""
+    if not os.path.exists(path):
+        return None
+    samples = []
+    with open(path) as f:
+        for row in csv.reader(f):
+            try:
+                samples.append((int(row[1]), int(row[2])))
+            except (IndexError, ValueError):
+                continue
+    judged = [s for s in samples if s[0] >= 1]
+    if not judged:
+        return None
+    first, last = judged[0], max(judged)
+    half = next(s for s in judged if s[0] >= last[0] // 2)
+    per = (last[1] - half[1]) * 1024 / 1e6 / max(1, last[0] - half[0])
+    return first[1] / 1024, last[1] / 1024, per
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="LABEL=RUN_DIR")
     ap.add_argument("--reference", default="cpu", help="the label the others are compared with (default cpu)")
     ap.add_argument("--gpu-memory-dir", help="folder holding gpumem-LABEL.csv files")
+    ap.add_argument("--rss-dir", help="folder holding rss-LABEL.csv files")
     args = ap.parse_args()
     runs = {}
     for arg in args.runs:
@@ -66,20 +90,23 @@ def main():
         sys.exit(f"error: the reference run '{args.reference}' did not load")
     _, ref_p, ref_tokens = runs[args.reference]
     print("| run | engine | examples | ex/s | within 0.03 of " + args.reference +
-          " | median abs diff | max abs diff | same side of 0.5 | same tokens | peak GPU memory MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          " | median abs diff | max abs diff | same side of 0.5 | same tokens | peak GPU memory MiB"
+          " | host MiB after the first | host MiB at the last | host MB per judgment, second half |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, (judge, p, tokens) in runs.items():
         common = [e for e in p if e in ref_p]
         diffs = [abs(p[e] - ref_p[e]) for e in common]
         side = sum((p[e] > 0.5) == (ref_p[e] > 0.5) for e in common)
         same_tok = sum(tokens.get(e) == ref_tokens.get(e) for e in common if e in ref_tokens)
         peak = peak_mib(os.path.join(args.gpu_memory_dir, f"gpumem-{label}.csv")) if args.gpu_memory_dir else None
+        host = host_memory(os.path.join(args.rss_dir, f"rss-{label}.csv")) if args.rss_dir else None
+        host_cells = f"{host[0]:.0f} | {host[1]:.0f} | {host[2]:.2f}" if host else "- | - | -"
         n = len(p)
         print(f"| {label} | {judge.get('engine', '?')} | {n} | {n / judge['judge_seconds']:.2f} "
               f"| {100 * sum(d <= 0.03 for d in diffs) / max(len(diffs), 1):.1f}% "
               f"| {statistics.median(diffs) if diffs else float('nan'):.4f} | {max(diffs, default=float('nan')):.4f} "
               f"| {100 * side / max(len(common), 1):.1f}% | {100 * same_tok / max(len(common), 1):.0f}% "
-              f"| {peak if peak is not None else '-'} |")
+              f"| {peak if peak is not None else '-'} | {host_cells} |")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,9 @@ pub struct ManifestJudge {
     /// Share of verdicts whose every verdict token was observed (server judges reading
     /// top-k log-probabilities may not); null for a judge with no verdict.
     pub exact_share: Option<f64>,
-    pub prefix_cache_flushes: usize,
+    /// How many finished judgments' KV caches the in-process engine keeps for prefix
+    /// reuse; null with the prefix cache off and for a server judge.
+    pub prefix_cache_entries: Option<usize>,
     pub verdict_token_ids: VerdictTokenIds,
     /// The judge's own template, when it has one.
     pub template: Option<ManifestTemplate>,
@@ -145,7 +147,7 @@ mod tests {
                 from_cache: 0,
                 failed: 0,
                 exact_share: None,
-                prefix_cache_flushes: 0,
+                prefix_cache_entries: None,
                 verdict_token_ids: VerdictTokenIds { positive: vec![1], negative: vec![2], tie: vec![] },
                 template: None,
                 server: Some(ManifestServer {

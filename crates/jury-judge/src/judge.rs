@@ -41,6 +41,18 @@ pub enum JudgeDevice {
     Cpu,
 }
 
+/// The number format an in-process judge computes in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JudgePrecision {
+    /// f32 on a CPU; on a GPU mistral.rs's automatic dtype (bf16 where the GPU has it),
+    /// whose verdicts differ from the CPU's by up to a few hundredths.
+    #[default]
+    Auto,
+    /// f32 weights and activations on every device: a GPU gives the CPU's verdicts.
+    F32,
+}
+
 /// Settings of one judge.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JudgeConfig {
@@ -60,6 +72,7 @@ pub struct JudgeConfig {
     /// model's own tokenizer give two.
     pub tokenizer: Option<PathBuf>,
     pub device: JudgeDevice,
+    pub precision: JudgePrecision,
 }
 
 /// One judgment: the normalised verdict probability and the raw numbers behind it.
@@ -216,10 +229,24 @@ fn pick_device(wanted: JudgeDevice) -> anyhow::Result<mistralrs::Device> {
     })
 }
 
-/// Part of every cache key: the device actually used, since a GPU's automatic dtype
-/// (bf16 where it can) gives other numbers than the CPU's f32.
-fn engine_fingerprint(source: &ModelSource, device: &mistralrs::Device) -> String {
-    let device = if device.is_cpu() { "cpu, f32 activations" } else { "cuda, automatic dtype" };
+/// Whether a judge computes in f32 (always on a CPU) rather than the automatic dtype.
+fn uses_f32(on_cpu: bool, precision: JudgePrecision) -> bool {
+    on_cpu || precision == JudgePrecision::F32
+}
+
+/// How the engine fingerprint names where and in what a judge computes.
+fn device_label(on_cpu: bool, precision: JudgePrecision) -> &'static str {
+    match (on_cpu, uses_f32(on_cpu, precision)) {
+        (true, _) => "cpu, f32 activations",
+        (false, true) => "cuda, f32",
+        (false, false) => "cuda, automatic dtype",
+    }
+}
+
+/// Part of every cache key: the device and dtype actually used, since a GPU's automatic
+/// dtype (bf16 where it can) gives other numbers than f32.
+fn engine_fingerprint(source: &ModelSource, device: &mistralrs::Device, precision: JudgePrecision) -> String {
+    let device = device_label(device.is_cpu(), precision);
     let weights = match source {
         ModelSource::Gguf(_) if std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some() => "gguf dequantized to dense",
         ModelSource::Gguf(_) => "gguf quantized kernels",
@@ -244,7 +271,7 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig, device: &mistralrs
     let loader =
         GGUFLoaderBuilder::new(None, tokenizer, dir, vec![file], GGUFSpecificConfig { topology: None }, false, None)
             .build();
-    let dtype = if device.is_cpu() { ModelDType::F32 } else { ModelDType::Auto };
+    let dtype = if uses_f32(device.is_cpu(), cfg.precision) { ModelDType::F32 } else { ModelDType::Auto };
     let pipeline = loader.load_model_from_hf(
         None,
         TokenSource::None,
@@ -259,15 +286,18 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig, device: &mistralrs
     let scheduler = SchedulerConfig::DefaultScheduler { method: DefaultSchedulerMethod::Fixed(seqs.try_into()?) };
     let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
         .with_no_prefix_cache(!cfg.prefix_cache)
-        .with_prefix_cache_n(16)
+        .with_prefix_cache_n(PREFIX_CACHE_ENTRIES)
         .build()
         .await;
     Ok(Model::new(runner))
 }
 
-/// Judgments between two flushes of mistral.rs's prefix cache on a CPU (see
-/// [`Judge::flush_prefix_cache`]); the same bound mistral.rs keeps on an accelerator.
-const PREFIX_CACHE_FLUSH_EVERY: usize = 16;
+/// How many finished judgments' KV caches mistral.rs keeps for prefix reuse (its
+/// `prefix_cache_n`), on every device (crates/vendor/README.md: mistral.rs 0.8.1 kept
+/// every one on a CPU). Every judgment of a run shares the template's system prompt and
+/// instructions, so one recent entry already gives that reuse (docs/benchmarks.md,
+/// "Judges: memory with the prefix cache").
+pub const PREFIX_CACHE_ENTRIES: usize = 16;
 
 /// A loaded judge.
 pub struct Judge {
@@ -280,21 +310,12 @@ pub struct Judge {
     tie: Vec<u32>,
     next_id: AtomicUsize,
     engine: String,
-    /// Whether mistral.rs keeps this judge's prefix cache in CPU memory, where it never
-    /// evicts it.
-    flush_prefix_cache: bool,
-    /// Judgments since the last flush.
-    since_flush: AtomicUsize,
-    flushes: AtomicUsize,
-    /// Scoring requests hold it shared; a flush holds it alone, so that no other request
-    /// is in the engine's batch when the flush request fails on purpose.
-    gate: tokio::sync::RwLock<()>,
 }
 
 impl Judge {
     pub async fn load(cfg: JudgeConfig, template: Template) -> Result<Self, JudgeError> {
         let load_err = |e: anyhow::Error| JudgeError::Load { judge: cfg.name.clone(), reason: format!("{e:#}") };
-        let prefix_cache = cfg.prefix_cache.then_some(16);
+        let prefix_cache = cfg.prefix_cache.then_some(PREFIX_CACHE_ENTRIES);
         let device = pick_device(cfg.device).map_err(load_err)?;
         let model = match &cfg.source {
             ModelSource::Gguf(path) => {
@@ -318,14 +339,16 @@ impl Judge {
                 let b = TextModelBuilder::new(local.to_string_lossy())
                     .with_prefix_cache_n(prefix_cache)
                     .with_max_num_seqs(cfg.max_concurrency.max(1));
-                let b =
-                    if device.is_cpu() { b.with_force_cpu().with_dtype(mistralrs::core::ModelDType::F32) } else { b };
+                let b = if device.is_cpu() { b.with_force_cpu() } else { b };
+                let b = if uses_f32(device.is_cpu(), cfg.precision) {
+                    b.with_dtype(mistralrs::core::ModelDType::F32)
+                } else {
+                    b
+                };
                 b.build().await.map_err(load_err)?
             }
         };
-        let engine = engine_fingerprint(&cfg.source, &device);
-        // mistral.rs evicts its prefix cache itself on an accelerator, never on a CPU.
-        let flush_prefix_cache = cfg.prefix_cache && device.is_cpu();
+        let engine = engine_fingerprint(&cfg.source, &device, cfg.precision);
         let mut judge = Judge {
             cfg,
             template,
@@ -336,10 +359,6 @@ impl Judge {
             tie: Vec::new(),
             next_id: AtomicUsize::new(0),
             engine,
-            flush_prefix_cache,
-            since_flush: AtomicUsize::new(0),
-            flushes: AtomicUsize::new(0),
-            gate: tokio::sync::RwLock::new(()),
         };
         judge.prefix = judge.tokenize_text(&judge.template.answer_prefix.clone()).await?;
         judge.positive = judge.variant_ids(&judge.template.positive.clone()).await?;
@@ -373,10 +392,10 @@ impl Judge {
         (&self.positive, &self.negative, &self.tie)
     }
 
-    /// How many times this judge emptied mistral.rs's prefix cache (CPU runs with
-    /// `prefix_cache` on; see [`Judge::flush_prefix_cache`]).
-    pub fn prefix_cache_flushes(&self) -> usize {
-        self.flushes.load(Ordering::SeqCst)
+    /// How many finished judgments' KV caches mistral.rs keeps for prefix reuse; `None`
+    /// with `prefix_cache` off.
+    pub fn prefix_cache_entries(&self) -> Option<usize> {
+        self.cfg.prefix_cache.then_some(PREFIX_CACHE_ENTRIES)
     }
 
     fn engine_err(&self, e: impl std::fmt::Display) -> JudgeError {
@@ -469,10 +488,7 @@ impl Judge {
         };
         let ex_err =
             |reason: String| JudgeError::Example { judge: self.cfg.name.clone(), example: example.to_owned(), reason };
-        let outcome = {
-            let _shared = self.gate.read().await;
-            self.request(tokens, Arc::new(processor)).await?
-        };
+        let outcome = self.request(tokens, Arc::new(processor)).await?;
         if let Err(reason) = outcome {
             return Err(ex_err(reason));
         }
@@ -480,9 +496,6 @@ impl Judge {
             slot.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| ex_err("no logits were captured".into()))?;
         let mut v = verdict_from_logits(&logits, &self.positive, &self.negative, &self.tie);
         v.n_tokens = n_tokens;
-        if self.flush_prefix_cache && self.since_flush.fetch_add(1, Ordering::SeqCst) + 1 >= PREFIX_CACHE_FLUSH_EVERY {
-            self.flush_prefix_cache().await?;
-        }
         Ok(v)
     }
 
@@ -511,45 +524,20 @@ impl Judge {
             }
         }
     }
-
-    /// Empties mistral.rs's prefix cache. mistral.rs 0.8.1 stores the KV cache of every
-    /// finished sequence and evicts only caches that are not in CPU memory
-    /// (`PrefixCacheManagerV2::evict_caches`), so on a CPU the cache's map grows without
-    /// bound. Its one way to drop CPU caches is the forward-error path, which calls
-    /// `evict_all_caches`: this sends a request whose logits processor fails, alone in
-    /// the engine (the gate is held exclusively, so no other judgment shares its batch
-    /// and fails with it). The next judgment after a flush computes its prompt in full
-    /// and seeds the cache again. It does not bound the process's memory: the evicted
-    /// tensors stay referenced elsewhere in mistral.rs (docs/benchmarks.md, "Judges:
-    /// memory with the prefix cache"), so long CPU runs turn the prefix cache off.
-    async fn flush_prefix_cache(&self) -> Result<(), JudgeError> {
-        let _alone = self.gate.write().await;
-        // Another request may have flushed while this one waited for the gate.
-        if self.since_flush.load(Ordering::SeqCst) < PREFIX_CACHE_FLUSH_EVERY {
-            return Ok(());
-        }
-        let fail = |_logits: &Tensor, _context: &[u32]| -> mistralrs::Result<Tensor> {
-            Err(candle_core::Error::Msg(FLUSH_MARKER.into()))
-        };
-        let tokens = self.prefix.first().map(|&t| vec![t]).unwrap_or_else(|| vec![0]);
-        match self.request(tokens, Arc::new(fail)).await? {
-            Err(reason) if reason.contains(FLUSH_MARKER) => {
-                self.since_flush.store(0, Ordering::SeqCst);
-                self.flushes.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-            Err(reason) => Err(self.engine_err(format!("prefix-cache flush failed: {reason}"))),
-            Ok(()) => Err(self.engine_err("prefix-cache flush request did not reach the model")),
-        }
-    }
 }
-
-/// The error text of a deliberate prefix-cache flush.
-const FLUSH_MARKER: &str = "jury: prefix-cache flush";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_key_names_the_precision_a_gpu_judge_computes_in() {
+        use JudgePrecision::{Auto, F32};
+        // The CPU always computes in f32: its key is the same whatever the setting.
+        assert_eq!(device_label(true, Auto), device_label(true, F32));
+        let labels = [device_label(true, Auto), device_label(false, Auto), device_label(false, F32)];
+        assert!(labels.iter().enumerate().all(|(i, a)| labels[i + 1..].iter().all(|b| a != b)), "{labels:?}");
+    }
 
     #[test]
     fn verdict_is_a_full_vocabulary_softmax() {
@@ -604,6 +592,7 @@ mod tests {
             max_concurrency: 1,
             tokenizer: None,
             device: JudgeDevice::Auto,
+            precision: JudgePrecision::Auto,
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let err = rt.block_on(Judge::load(cfg, template)).err().expect("no weights: the load must fail");

@@ -198,7 +198,6 @@ fn merge(slot: &mut Option<JurorOutcome>, o: JurorOutcome) {
     r.summary.from_cache += s.from_cache;
     r.summary.failed += s.failed;
     r.summary.seconds += s.seconds;
-    m.info.prefix_cache_flushes += o.info.prefix_cache_flushes;
     // A server judge loads once per run and its pool counts over every pass, so each
     // pass repeats the load time and the counters so far; an in-process judge loads at
     // every pass.

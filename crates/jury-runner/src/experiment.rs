@@ -262,6 +262,9 @@ pub struct Runtime {
     /// Where in-process judges run: `auto` (the GPU in a `cuda` build on a machine with
     /// one, else the CPU) or `cpu`. Server judges run where their server does.
     pub device: jury_judge::JudgeDevice,
+    /// What in-process judges compute in: `auto` (f32 on a CPU, bf16 on a GPU that has
+    /// it) or `f32` (everywhere: a GPU gives the CPU's verdicts, at a GPU's f32 speed).
+    pub precision: jury_judge::JudgePrecision,
 }
 
 impl Default for Runtime {
@@ -269,8 +272,8 @@ impl Default for Runtime {
         // One request at a time with the prefix cache: measured here on 40 TruthfulQA
         // prompts (Qwen2.5-Coder-0.5B, docs/benchmarks.md), 71 s one at a time, 141 s
         // with 4 in flight (mistral.rs 0.8.1 batches slower than it runs one by one on
-        // a CPU), 56 s with the prefix cache. The judge bounds the cache's memory itself
-        // (`jury_judge::Judge` flushes it every 16 judgments on a CPU).
+        // a CPU), 56 s with the prefix cache, which keeps a bounded number of entries
+        // (`jury_judge::PREFIX_CACHE_ENTRIES`).
         Self {
             dequantize: true,
             prefix_cache: true,
@@ -279,6 +282,7 @@ impl Default for Runtime {
             dump_prompts: false,
             bad_cache_records: jury_cache::OnBadRecord::Recompute,
             device: jury_judge::JudgeDevice::Auto,
+            precision: jury_judge::JudgePrecision::Auto,
         }
     }
 }
@@ -572,6 +576,11 @@ mod tests {
         assert_eq!(cpu.runtime.device, jury_judge::JudgeDevice::Cpu);
         let e = parse(&format!("{HEAD}{judges}runtime: {{device: gpu}}\n")).unwrap_err().to_string();
         assert!(e.contains("unknown variant `gpu`") && e.contains("auto") && e.contains("cpu"), "{e}");
+        assert_eq!(parse(&format!("{HEAD}{judges}")).unwrap().runtime.precision, jury_judge::JudgePrecision::Auto);
+        let f32 = parse(&format!("{HEAD}{judges}runtime: {{precision: f32}}\n")).unwrap();
+        assert_eq!(f32.runtime.precision, jury_judge::JudgePrecision::F32);
+        let e = parse(&format!("{HEAD}{judges}runtime: {{precision: bf16}}\n")).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `bf16`") && e.contains("f32"), "{e}");
     }
 
     #[test]

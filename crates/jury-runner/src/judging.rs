@@ -302,7 +302,7 @@ pub struct JurorInfo {
     pub engine: String,
     pub extraction_rule: String,
     pub load_seconds: f64,
-    pub prefix_cache_flushes: usize,
+    pub prefix_cache_entries: Option<usize>,
     pub verdict_token_ids: (Vec<u32>, Vec<u32>, Vec<u32>),
     /// Server judges: mode, servers and their counters.
     pub server: Option<ManifestServer>,
@@ -373,7 +373,7 @@ async fn run_loaded(
                 engine: j.engine().to_owned(),
                 extraction_rule: judge.extraction_rule(),
                 load_seconds,
-                prefix_cache_flushes: j.prefix_cache_flushes(),
+                prefix_cache_entries: j.prefix_cache_entries(),
                 verdict_token_ids: (p.to_vec(), n.to_vec(), t.to_vec()),
                 server: None,
             }
@@ -383,7 +383,7 @@ async fn run_loaded(
             engine: s.identity().to_owned(),
             extraction_rule: judge.extraction_rule(),
             load_seconds,
-            prefix_cache_flushes: 0,
+            prefix_cache_entries: None,
             verdict_token_ids: s.verdict_ids(),
             server: Some(ManifestServer { mode: s.mode().as_str().to_owned(), stats: s.stats() }),
         },

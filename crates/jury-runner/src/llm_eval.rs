@@ -66,6 +66,7 @@ impl LlmEvaluation {
             max_concurrency: 1,
             tokenizer: cfg.tokenizer.map(Path::to_owned),
             device: jury_judge::JudgeDevice::Auto,
+            precision: jury_judge::JudgePrecision::Auto,
         };
         let judge = AnyJudge::Local(Box::new(rt.block_on(Judge::load(judge_cfg, template))?));
         if let Some(dir) = cfg.cache.parent() {

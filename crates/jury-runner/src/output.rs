@@ -282,7 +282,7 @@ pub fn manifest<A>(exp: &Experiment<A>, run: &JuryRun, dequantized_weights: bool
         .judges
         .iter()
         .map(|j| {
-            let JurorInfo { model_identity, engine, extraction_rule, load_seconds, prefix_cache_flushes, .. } = &j.info;
+            let JurorInfo { model_identity, engine, extraction_rule, load_seconds, prefix_cache_entries, .. } = &j.info;
             let (positive, negative, tie) = &j.info.verdict_token_ids;
             let s = &j.results.summary;
             ManifestJudge {
@@ -296,7 +296,7 @@ pub fn manifest<A>(exp: &Experiment<A>, run: &JuryRun, dequantized_weights: bool
                 from_cache: s.from_cache,
                 failed: s.failed,
                 exact_share: defined(j.exact_share()),
-                prefix_cache_flushes: *prefix_cache_flushes,
+                prefix_cache_entries: *prefix_cache_entries,
                 verdict_token_ids: VerdictTokenIds {
                     positive: positive.clone(),
                     negative: negative.clone(),

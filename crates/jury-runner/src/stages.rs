@@ -113,6 +113,7 @@ fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Ju
             max_concurrency: runtime.max_concurrency,
             tokenizer: entry.tokenizer.clone(),
             device: runtime.device,
+            precision: runtime.precision,
         };
         JudgeSpec::Local { cfg, model_sha256 }
     };

@@ -1,0 +1,4 @@
+pub mod ffi;
+pub mod gdn;
+pub mod moe;
+pub mod ssm;
