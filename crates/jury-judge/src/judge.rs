@@ -294,10 +294,12 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig, device: &mistralrs
 
 /// How many finished judgments' KV caches mistral.rs keeps for prefix reuse (its
 /// `prefix_cache_n`), on every device (crates/vendor/README.md: mistral.rs 0.8.1 kept
-/// every one on a CPU). Every judgment of a run shares the template's system prompt and
-/// instructions, so one recent entry already gives that reuse (docs/benchmarks.md,
-/// "Judges: memory with the prefix cache").
-pub const PREFIX_CACHE_ENTRIES: usize = 16;
+/// every one on a CPU). The prefix cache runs one request at a time and every judgment
+/// of a run starts with the template's system prompt and instructions, so the last
+/// judgment's cache always holds that shared prefix: one entry gives the whole reuse
+/// (measured with 1, 2 and 16: docs/benchmarks.md, "Judges: memory with the prefix
+/// cache").
+pub const PREFIX_CACHE_ENTRIES: usize = 1;
 
 /// A loaded judge.
 pub struct Judge {
