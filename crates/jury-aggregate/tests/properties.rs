@@ -110,9 +110,12 @@ proptest! {
         }
         let p = j.reorder_judges(&order).unwrap();
         // Random EM initialisation draws per judge position, so only the deterministic
-        // start is order-free.
+        // start is order-free. Where the likelihood has a flat ridge (a learned class prior
+        // on a tiny jury), rounding in the order of sums moves the stopping point along it
+        // by up to about 1e-8 in a posterior (a saved case: 7.8e-9); an order-dependent
+        // fit would differ by far more.
         for m in methods().into_iter().take(4) {
-            prop_assert!(close(&m.aggregate(&j).unwrap(), &m.aggregate(&p).unwrap(), 1e-9), "{}", m.name());
+            prop_assert!(close(&m.aggregate(&j).unwrap(), &m.aggregate(&p).unwrap(), 1e-6), "{}", m.name());
         }
         // The iterative fits stop on a small gain, and where the likelihood is flat,
         // rounding moves that stop: the same labels wherever the top class is clear.
