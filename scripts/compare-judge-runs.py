@@ -18,6 +18,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host_memory  # noqa: E402 (beside this script)
+
 
 def load(run):
     manifest = json.load(open(os.path.join(run, "manifest.json")))
@@ -49,27 +52,6 @@ def peak_mib(path):
     return max(values) if values else None
 
 
-def host_memory(path):
-    """(MiB after the first judgment, MiB at the last, MB per judgment over the second
-    half of the judgments) from an rss-LABEL.csv, or None."""
-    if not os.path.exists(path):
-        return None
-    samples = []
-    with open(path) as f:
-        for row in csv.reader(f):
-            try:
-                samples.append((int(row[1]), int(row[2])))
-            except (IndexError, ValueError):
-                continue
-    judged = [s for s in samples if s[0] >= 1]
-    if not judged:
-        return None
-    first, last = judged[0], max(judged)
-    half = next(s for s in judged if s[0] >= last[0] // 2)
-    per = (last[1] - half[1]) * 1024 / 1e6 / max(1, last[0] - half[0])
-    return first[1] / 1024, last[1] / 1024, per
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="LABEL=RUN_DIR")
@@ -99,8 +81,9 @@ def main():
         side = sum((p[e] > 0.5) == (ref_p[e] > 0.5) for e in common)
         same_tok = sum(tokens.get(e) == ref_tokens.get(e) for e in common if e in ref_tokens)
         peak = peak_mib(os.path.join(args.gpu_memory_dir, f"gpumem-{label}.csv")) if args.gpu_memory_dir else None
-        host = host_memory(os.path.join(args.rss_dir, f"rss-{label}.csv")) if args.rss_dir else None
-        host_cells = f"{host[0]:.0f} | {host[1]:.0f} | {host[2]:.2f}" if host else "- | - | -"
+        rss = os.path.join(args.rss_dir or "", f"rss-{label}.csv")
+        host = host_memory.summary(host_memory.read(rss)) if args.rss_dir and os.path.exists(rss) else None
+        host_cells = f"{host[0] / 1024:.0f} | {host[1] / 1024:.0f} | {host[2] * 1024 / 1e6:.2f}" if host else "- | - | -"
         n = len(p)
         print(f"| {label} | {judge.get('engine', '?')} | {n} | {n / judge['judge_seconds']:.2f} "
               f"| {100 * sum(d <= 0.03 for d in diffs) / max(len(diffs), 1):.1f}% "

@@ -357,20 +357,20 @@ fn the_prefix_cache_keeps_memory_flat_over_a_long_run() {
         let statement = statement.trim_matches('"').replace('"', "\"\"");
         data.push_str(&format!("s{i:03},\"Claim {i}: {statement}\",{label}\n"));
     }
-    fs::write(dir.path().join("facts.csv"), data).unwrap();
-    let cfg = experiment(dir.path(), "demo-facts", "datasets/demo-facts.csv", "prompts/demo-facts.yaml", "seed: 3");
+    let data_path = dir.path().join("facts.csv");
+    fs::write(&data_path, data).unwrap();
+    // An absolute data path: `experiment` joins it to the repository root, which keeps it.
+    let cfg = experiment(dir.path(), "demo-facts", data_path.to_str().unwrap(), "prompts/demo-facts.yaml", "seed: 3");
     let text = fs::read_to_string(&cfg)
         .unwrap()
-        .replace(
-            &repo_root().join("datasets/demo-facts.csv").display().to_string(),
-            &dir.path().join("facts.csv").display().to_string(),
-        )
         .replace("max_concurrency: 2, prefix_cache: false", "max_concurrency: 1, prefix_cache: true");
     fs::write(&cfg, text).unwrap();
+    // Its messages go to a file: an unread pipe could fill and stop the run.
+    let log = dir.path().join("run.log");
     let mut child = Command::new(jury_bin())
         .args(["run", cfg.to_str().unwrap()])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let cache = dir.path().join("out/cache.jsonl");
@@ -387,8 +387,8 @@ fn the_prefix_cache_keeps_memory_flat_over_a_long_run() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}", fs::read_to_string(&log).unwrap_or_default());
     assert_eq!(judge_manifest(dir.path())["scored"], N);
     // From the 100th judgment on the cache is full many times over; growth beyond it is a leak.
     let full: Vec<_> = samples.iter().filter(|s| s.0 >= 100).collect();
