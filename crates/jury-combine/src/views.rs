@@ -12,7 +12,7 @@ use jury_io::{
     MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, RecommendationMetrics, csv_field, terminal_text,
     write_atomic,
 };
-use jury_metrics::{accuracy, brier, expected_calibration_error, judge_accuracies, mean_std};
+use jury_metrics::{accuracy, against_judge, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
 
 use crate::{Study, StudyError};
@@ -230,9 +230,40 @@ impl<'a> Study<'a> {
         out
     }
 
-    /// The table printed to the terminal.
+    /// What a reader needs first, above the table: the recommended method and why, and
+    /// (with labels) where it parts from the best single judge.
+    fn headline(&self) -> String {
+        let mut s = String::new();
+        let Some(rec) = &self.recommendation else { return s };
+        let name = rec.name();
+        let _ = writeln!(s, "recommended method: {}", recommendation(&rec.selection, rec.seconds).why(name));
+        let run = self.methods.iter().find(|r| r.name == name);
+        if let (Some(run), Some(labels)) = (run, self.labels) {
+            let accs = judge_accuracies(self.judgments, labels);
+            let best = accs.iter().enumerate().filter_map(|(k, a)| a.map(|a| (k, a))).max_by(|a, b| a.1.total_cmp(&b.1));
+            if let Some((k, judge_acc)) = best {
+                let a = against_judge(run.aggregation.labels(), self.judgments, k, labels);
+                let points = 100.0 * (a.only_labelling_right as f64 - a.only_judge_right as f64) / a.compared.max(1) as f64;
+                let verdict = if points > 0.0 { "above it" } else { "not above it" };
+                let _ = writeln!(
+                    s,
+                    "against the best judge, {} ({judge_acc:.4}): {name} is right on {} of its {} labeled examples \
+                     where the judge is wrong, and wrong on {} where it is right: {points:+.1} points, {verdict}",
+                    shown_name(&self.judgments.judge_names()[k]),
+                    a.only_labelling_right,
+                    a.compared,
+                    a.only_judge_right,
+                );
+            }
+        }
+        s.push('\n');
+        s
+    }
+
+    /// The table printed to the terminal, the recommended method first.
     pub fn table(&self) -> String {
-        let mut s = table(self.judgments, self.labels, &self.methods);
+        let mut s = self.headline();
+        s.push_str(&table(self.judgments, self.labels, &self.methods));
         if let Some(n) = &self.neural {
             s.push_str("\ncontext-dependent methods (accuracy outside each seed's dev set)\n");
             for r in &n.runs {

@@ -68,6 +68,40 @@ impl RecommendationMetrics {
     pub const HELD_OUT_JUDGES: &'static str = "held-out judges";
     pub const TOO_FEW_JUDGES: &'static str = "too few judges";
     pub const TOO_MANY_JUDGES: &'static str = "too many judges";
+
+    /// Why `chosen` was chosen, in one line (the report's and the terminal's): its gain
+    /// over the reference in standard errors, or the best other candidate's when the
+    /// reference stayed.
+    pub fn why(&self, chosen: &str) -> String {
+        if self.rule != Self::HELD_OUT_JUDGES {
+            return format!("{chosen}: the reference ({}: no judge can be held out and predicted)", self.rule);
+        }
+        let gain = |m: &str| self.gain_se.0.iter().find(|(n, _)| n == m).and_then(|(_, g)| *g);
+        let held = format!("{} judges held out with their near-copies, {} examples", self.folds, self.examples);
+        if chosen == self.reference {
+            let best = self
+                .gain_se
+                .0
+                .iter()
+                .filter(|(m, _)| *m != chosen)
+                .filter_map(|(m, g)| g.map(|g| (m, g)))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            let best = best.map_or(String::new(), |(m, g)| format!(" (best other: {m}, {g:+.1})"));
+            format!(
+                "{chosen}: the reference; no candidate predicts the held-out judges' votes better by {} standard \
+                 errors{best}; {held}",
+                self.min_gain_se
+            )
+        } else {
+            format!(
+                "{chosen}: predicts the held-out judges' votes better than {} by {:.1} standard errors, the best \
+                 score of those that clear {}; {held}",
+                self.reference,
+                gain(chosen).unwrap_or(f64::NAN),
+                self.min_gain_se
+            )
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -42,6 +42,34 @@ pub fn judge_accuracies(judgments: &Judgments, labels: &Labels) -> Vec<Option<f6
     hits.iter().zip(&total).map(|(&h, &t)| (t > 0).then(|| h as f64 / t as f64)).collect()
 }
 
+/// A labelling against one judge on the labeled examples that judge judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgainstJudge {
+    /// Examples compared: labeled, and judged by the judge.
+    pub compared: usize,
+    /// Right in the labelling and wrong in the judge's vote.
+    pub only_labelling_right: usize,
+    /// Right in the judge's vote and wrong in the labelling.
+    pub only_judge_right: usize,
+}
+
+/// Where `predicted` (a label per example) and judge `judge`'s votes part, scored against
+/// `labels`: the examples one gets right and the other wrong, which is all a difference
+/// of their accuracies is made of.
+pub fn against_judge(predicted: &[usize], judgments: &Judgments, judge: usize, labels: &Labels) -> AgainstJudge {
+    let mut out = AgainstJudge { compared: 0, only_labelling_right: 0, only_judge_right: 0 };
+    for (n, k, p) in judgments.entries() {
+        let Some(l) = labels.get(n).filter(|_| k == judge) else { continue };
+        out.compared += 1;
+        match (predicted.get(n) == Some(&l), argmax(p) == l) {
+            (true, false) => out.only_labelling_right += 1,
+            (false, true) => out.only_judge_right += 1,
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Brier score of the posteriors. Binary: mean of (P(positive) - y)^2, the usual
 /// binary form. C > 2: mean of sum over classes of (p_c - 1[c = y])^2 (Brier 1950).
 pub fn brier(posteriors: &Posteriors, labels: &Labels) -> Option<f64> {
@@ -142,6 +170,24 @@ mod tests {
     }
 
     #[test]
+    fn against_judge_counts_where_a_labelling_and_a_judge_part() {
+        // Judge x votes 1, 0, 1 on a, b, c; judge y only on a. Labels 1, 1, unlabeled.
+        let j = Judgments::from_entries(
+            vec!["a".into(), "b".into(), "c".into()],
+            vec!["x".into(), "y".into()],
+            2,
+            vec![Some(vec![0.2, 0.8]), Some(vec![0.0, 1.0]), Some(vec![0.9, 0.1]), None, Some(vec![0.6, 0.4]), None],
+        )
+        .unwrap();
+        let l = labels(&[Some(1), Some(1), None]);
+        // The labelling says 0, 1, 1: wrong on a (x right), right on b (x wrong).
+        let x = against_judge(&[0, 1, 1], &j, 0, &l);
+        assert_eq!(x, AgainstJudge { compared: 2, only_labelling_right: 1, only_judge_right: 1 });
+        let y = against_judge(&[0, 1, 1], &j, 1, &l);
+        assert_eq!(y, AgainstJudge { compared: 1, only_labelling_right: 0, only_judge_right: 1 });
+    }
+
+    #[test]
     fn brier_and_ece_golden() {
         // Hand-computed: Brier = ((0.9-1)^2 + (0.3-0)^2 + (0.6-0)^2) / 3 = 0.46 / 3.
         let p = Posteriors::new(2, vec![0.1, 0.9, 0.7, 0.3, 0.4, 0.6]).unwrap();
@@ -164,6 +210,22 @@ mod tests {
     }
 
     proptest! {
+        /// For a judge who judged everything, the two counts' difference is the accuracy
+        /// difference times the labeled examples.
+        #[test]
+        fn against_judge_is_the_accuracy_difference(rows in prop::collection::vec((0usize..2, 0.0f64..=1.0, prop::option::of(0usize..2)), 1..60)) {
+            let ids: Vec<String> = (0..rows.len()).map(|i| format!("e{i}")).collect();
+            let j = Judgments::from_entries(ids, vec!["x".into()], 2, rows.iter().map(|(_, p, _)| Some(vec![1.0 - p, *p])).collect()).unwrap();
+            let l = labels(&rows.iter().map(|(_, _, l)| *l).collect::<Vec<_>>());
+            let predicted: Vec<usize> = rows.iter().map(|(y, _, _)| *y).collect();
+            let a = against_judge(&predicted, &j, 0, &l);
+            prop_assert_eq!(a.compared, l.n_labeled());
+            if let (Some(mine), Some(judge)) = (accuracy(&predicted, &l), judge_accuracies(&j, &l)[0]) {
+                let diff = a.only_labelling_right as f64 - a.only_judge_right as f64;
+                prop_assert!((diff - (mine - judge) * a.compared as f64).abs() < 1e-9);
+            }
+        }
+
         #[test]
         fn metric_ranges(rows in prop::collection::vec((0.0f64..=1.0, prop::option::of(0usize..2)), 1..60)) {
             let p = Posteriors::new(2, rows.iter().flat_map(|(x, _)| [1.0 - x, *x]).collect()).unwrap();

@@ -212,7 +212,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         ("methods".to_owned(), metrics.methods.0.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>().join(", ")),
     ];
     if let Some(r) = &metrics.recommendation {
-        facts.push(("recommended method".to_owned(), recommendation_line(&metrics.recommended_method, r)));
+        facts.push(("recommended method".to_owned(), r.why(&metrics.recommended_method)));
     }
     if let Some(a) = &metrics.agreement {
         let show = |x: Option<f64>| x.map_or("n/a (one class or no shared example)".to_owned(), |x| format!("{x:.3}"));
@@ -557,35 +557,3 @@ fn hardest(j: &Judgments, labels: Option<&Labels>, contexts: Option<&HashMap<Str
     (out, count)
 }
 
-/// Why the recommended method was chosen, in one line: its gain over the reference in
-/// standard errors, or the best other candidate's when the reference stayed.
-fn recommendation_line(chosen: &str, r: &jury_io::RecommendationMetrics) -> String {
-    if r.rule != jury_io::RecommendationMetrics::HELD_OUT_JUDGES {
-        return format!("{chosen}: the reference ({}: no judge can be held out and predicted)", r.rule);
-    }
-    let gain = |m: &str| r.gain_se.0.iter().find(|(n, _)| n == m).and_then(|(_, g)| *g);
-    let held = format!("{} judges held out with their near-copies, {} examples", r.folds, r.examples);
-    if chosen == r.reference {
-        let best = r
-            .gain_se
-            .0
-            .iter()
-            .filter(|(m, _)| *m != chosen)
-            .filter_map(|(m, g)| g.map(|g| (m, g)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        let best = best.map_or(String::new(), |(m, g)| format!(" (best other: {m}, {g:+.1})"));
-        format!(
-            "{chosen}: the reference; no candidate predicts the held-out judges' votes better by {} standard \
-             errors{best}; {held}",
-            r.min_gain_se
-        )
-    } else {
-        format!(
-            "{chosen}: predicts the held-out judges' votes better than {} by {:.1} standard errors, the best \
-             score of those that clear {}; {held}",
-            r.reference,
-            gain(chosen).unwrap_or(f64::NAN),
-            r.min_gain_se
-        )
-    }
-}

@@ -1,5 +1,5 @@
 //! A fake OpenAI-compatible server (test code) for faults no real server produces on
-//! demand: a handler answers each request (method, path, headers, body) with a status,
+//! demand: a handler answers each request (path, headers, body) with a status,
 //! headers and a body, and every request is kept for the test to read. One request per
 //! connection; stopped on drop.
 
@@ -13,7 +13,6 @@ use super::proxy::read_request;
 /// A request as the fake received it.
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
-    pub method: String,
     /// The request target as sent (path and any query).
     pub target: String,
     /// Header lines as sent.
@@ -85,10 +84,10 @@ fn answer(mut client: TcpStream, handler: &Handler, seen: &Mutex<Vec<Request>>) 
     let Some(raw) = read_request(&mut client) else { return };
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n").map_or(raw.len(), |i| i + 4);
     let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut first = head.lines().next().unwrap_or("").split(' ');
+    // The request line is "METHOD TARGET VERSION".
+    let target = head.lines().next().unwrap_or("").split(' ').nth(1).unwrap_or("").to_owned();
     let request = Request {
-        method: first.next().unwrap_or("").to_owned(),
-        target: first.next().unwrap_or("").to_owned(),
+        target,
         head: head.clone(),
         body: String::from_utf8_lossy(&raw[end..]).into_owned(),
     };

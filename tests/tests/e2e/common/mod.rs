@@ -17,7 +17,6 @@ pub(crate) fn jury(args: &[&str]) -> Output {
 /// Repository root (for committed data sets, prompts and fetched models). Read from
 /// cargo's environment at run time: a test binary reused from a checkout at another path
 /// (one shared target folder) would otherwise read that checkout's files.
-#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
 pub(crate) fn repo_root() -> PathBuf {
     let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
     Path::new(&manifest).parent().expect("repository root").to_owned()
@@ -26,7 +25,6 @@ pub(crate) fn repo_root() -> PathBuf {
 /// A HaluEval-shaped simulated jury (`jury simulate`, 2,000 examples, ten judges, seed
 /// 4) in `dir/sim`, and `dir/contexts.csv` giving every example a text that starts with
 /// `markup` (untrusted text for the report). Returns the `sim` folder.
-#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
 pub(crate) fn simulated_jury_with_texts(dir: &Path, markup: &str) -> PathBuf {
     use std::fmt::Write as _;
     let sim = dir.join("sim");
@@ -42,14 +40,10 @@ pub(crate) fn simulated_jury_with_texts(dir: &Path, markup: &str) -> PathBuf {
     sim
 }
 
-#[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod fake_openai;
-#[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod proxy;
-#[allow(dead_code, reason = "used by the server tests only")]
 pub(crate) mod servers;
 
-#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
 /// Runs an idempotent install script of the repository's (a server, the browser) and
 /// returns the path it prints last; fails the test saying what is missing.
 pub(crate) fn install(script: &str, what: &str) -> PathBuf {
@@ -69,7 +63,6 @@ pub(crate) fn install(script: &str, what: &str) -> PathBuf {
 
 /// A stand-in for a paper data set in its own file format, a few examples, so the small
 /// forms run in the suite without `../shared` or a hub: the file name and its text.
-#[allow(dead_code, reason = "each test file compiles this module; not all of them use every helper")]
 pub(crate) fn paper_stand_in(dataset: &str) -> (&'static str, String) {
     match dataset {
         "halueval-dialogue" => {

@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
 
-use common::{jury, jury_bin, repo_root};
+use crate::common::{jury, jury_bin, repo_root};
 use serde_json::Value;
 
 fn smollm() -> PathBuf {
@@ -403,9 +402,9 @@ fn the_prefix_cache_keeps_memory_flat_over_a_long_run() {
 
 /// `jury run --dry-run` from the repository root, as a user types it.
 fn dry_run(config: &Path) -> std::process::Output {
-    std::process::Command::new(common::jury_bin())
+    std::process::Command::new(crate::common::jury_bin())
         .args(["run", "--dry-run", config.to_str().unwrap()])
-        .current_dir(common::repo_root())
+        .current_dir(crate::common::repo_root())
         .output()
         .unwrap()
 }
@@ -415,7 +414,7 @@ fn dry_run(config: &Path) -> std::process::Output {
 /// each named.
 #[test]
 fn every_shipped_config_passes_the_dry_run() {
-    let root = common::repo_root();
+    let root = crate::common::repo_root();
     let mut configs = Vec::new();
     for dir in [root.join("configs"), root.join("configs/paper")] {
         for e in fs::read_dir(&dir).unwrap() {
@@ -456,7 +455,7 @@ fn every_shipped_config_passes_the_dry_run() {
 #[test]
 fn dry_run_of_a_halueval_sized_experiment_counts_examples_calls_and_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let root = common::repo_root();
+    let root = crate::common::repo_root();
     let tokenizer = root.join("models/qwen2.5-coder-0.5b-hf");
     let mut data = String::new();
     for i in 0..10_000 {
@@ -532,7 +531,7 @@ fn every_small_paper_config_runs_end_to_end() {
         ("llmbar", "llmbar", 2, 4),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let (file, data) = common::paper_stand_in(dataset);
+        let (file, data) = crate::common::paper_stand_in(dataset);
         let data_path = dir.path().join(file);
         fs::write(&data_path, data).unwrap();
         let config = fs::read_to_string(root.join(format!("configs/paper/{name}-small.yaml"))).unwrap();

@@ -4,9 +4,8 @@
 use std::fs;
 use std::path::Path;
 
-mod common;
 
-use common::{jury, repo_root};
+use crate::common::{jury, repo_root};
 use serde_json::Value;
 
 fn path_str(p: &Path) -> &str {
@@ -29,7 +28,7 @@ fn encoder() -> std::path::PathBuf {
 /// `dir`, with the real encoder, `cache` as XDG_CACHE_HOME and output to `dir/out`.
 fn aggregate_contexts(dir: &Path, cache: &Path, flags: &[&str], out: &str) -> std::process::Output {
     let p = |n: &str| dir.join(n).to_str().unwrap().to_owned();
-    std::process::Command::new(common::jury_bin())
+    std::process::Command::new(crate::common::jury_bin())
         .env("XDG_CACHE_HOME", cache)
         .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
         .args(flags)
@@ -303,7 +302,7 @@ fn context_dependent_methods_take_three_classes() {
     }
     let out_dir = dir.path().join("out");
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
-    let out = std::process::Command::new(common::jury_bin())
+    let out = std::process::Command::new(crate::common::jury_bin())
         .env("XDG_CACHE_HOME", dir.path().join("cache"))
         .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
         .args([
@@ -692,7 +691,7 @@ fn split_fields_embeds_each_field_alone() {
         fs::write(dir.path().join(name), text).unwrap();
     }
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
-    let out = std::process::Command::new(common::jury_bin())
+    let out = std::process::Command::new(crate::common::jury_bin())
         .env("XDG_CACHE_HOME", dir.path().join("cache"))
         .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
         .args(["--methods", "mv,train-on-mv", "--dev-size", "40", "--seeds", "1", "--epochs", "20", "--lr", "0.01"])
@@ -707,7 +706,7 @@ fn split_fields_embeds_each_field_alone() {
     let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();
     let acc = m["methods"]["train-on-mv"]["accuracy"].as_f64().unwrap();
     assert!(acc > 0.9, "train-on-mv {acc} from the topic field");
-    let refused = std::process::Command::new(common::jury_bin())
+    let refused = std::process::Command::new(crate::common::jury_bin())
         .args(["aggregate", "--judgments", &p("j.csv"), "--labels", &p("l.csv"), "--contexts", &p("c.csv")])
         .args(["--methods", "skillagg", "--split-fields", "--encoder", "finetune", "--out", &p("out2")])
         .output()
@@ -733,7 +732,7 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
     }
     let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
     let run_with = |encoder: &str, mode: &str, out: &str, extra: &[&str]| {
-        std::process::Command::new(common::jury_bin())
+        std::process::Command::new(crate::common::jury_bin())
             .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .env("HF_HOME", &hf)
             .env("HF_HUB_OFFLINE", "1")
@@ -784,7 +783,7 @@ fn a_gpt2_encoder_by_hub_id_runs_frozen_and_fine_tuned() {
 #[test]
 fn aggregate_writes_a_report_and_jury_report_rewrites_it() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = common::simulated_jury_with_texts(dir.path(), "<script>alert(1)</script> &");
+    let sim = crate::common::simulated_jury_with_texts(dir.path(), "<script>alert(1)</script> &");
     let out = dir.path().join("out");
     let run = jury(&[
         "aggregate",
@@ -953,7 +952,7 @@ fn simulate_adaptive_writes_the_replay() {
 /// Runs jury with `args`, killing it after 20 s so a read that blocks (a FIFO without a
 /// writer) fails the test instead of hanging it.
 fn jury_within_20_s(args: &[&str]) -> std::process::Output {
-    let child = std::process::Command::new(common::jury_bin())
+    let child = std::process::Command::new(crate::common::jury_bin())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -1,5 +1,5 @@
 //! `jury run` against a fake OpenAI-compatible server on loopback (test code,
-//! `common::fake_openai`), for faults no real server produces on demand: float32
+//! `crate::common::fake_openai`), for faults no real server produces on demand: float32
 //! rounding above 1, two models behind one weights path, servers that echo the key,
 //! malformed base URLs and keys, a server failing or rate limiting every request, an
 //! answer without a verdict token and an oversized body. Each test failed before its
@@ -11,10 +11,9 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-mod common;
 
-use common::fake_openai::{FakeServer, Reply, Request, chat_answer, routes};
-use common::{jury_bin, repo_root};
+use crate::common::fake_openai::{FakeServer, Reply, Request, chat_answer, routes};
+use crate::common::{jury_bin, repo_root};
 
 /// Statements whose text steers the fake (`REJECT`, `NOVERDICT`, `HUGE`, ...).
 fn dataset(dir: &Path, statements: &[&str]) -> PathBuf {

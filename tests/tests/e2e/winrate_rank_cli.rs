@@ -5,9 +5,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-mod common;
 
-use common::jury;
+use crate::common::jury;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -133,7 +132,7 @@ fn hanna_converter_votes_from_summed_scores_and_jury_reads_its_table() {
     let file = dir.path().join("hanna_metric_scores_llm.csv");
     fs::write(&file, format!("{}\n{gpt2}\n{up}\n{down}\n", header.join(","))).unwrap();
     let out_csv = dir.path().join("hanna.csv");
-    let script = common::repo_root().join("scripts/convert-winrate-data.py");
+    let script = crate::common::repo_root().join("scripts/convert-winrate-data.py");
     let run = std::process::Command::new("python3")
         .args([path_str(&script), "hanna", path_str(dir.path()), "--out", path_str(&out_csv)])
         .output()
@@ -301,7 +300,7 @@ fn ftr_degrades_less_than_mca_under_noisy_equality() {
 /// a rerun takes every judgment from the cache. Needs `scripts/fetch-judges.sh --small`.
 #[test]
 fn rank_with_a_real_llm_evaluation_resumes_from_its_cache() {
-    let root = common::repo_root();
+    let root = crate::common::repo_root();
     let model = root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model.is_file(), "{} is missing: run scripts/fetch-judges.sh --small", model.display());
     let dir = tempfile::tempdir().unwrap();

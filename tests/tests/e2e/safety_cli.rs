@@ -7,9 +7,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-mod common;
 
-use common::{jury, repo_root};
+use crate::common::{jury, repo_root};
 use serde_json::Value;
 
 fn p(path: &Path) -> &str {
@@ -68,7 +67,7 @@ fn listing(dir: &Path) -> Vec<String> {
 
 /// `jury ARGS` started in `cwd`, with `$HOME` at `home` (never the real one).
 fn jury_at(cwd: &Path, home: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::jury_bin()).args(args).current_dir(cwd).env("HOME", home).output().unwrap()
+    std::process::Command::new(crate::common::jury_bin()).args(args).current_dir(cwd).env("HOME", home).output().unwrap()
 }
 
 /// `dir/exp.yaml` writing into `output` (as YAML gives it) with one server judge on a
@@ -160,7 +159,7 @@ fn a_second_aggregate_on_a_folder_being_computed_is_refused_at_once_naming_the_f
     let (j, l) = (data.join("judgments.csv"), data.join("labels.csv"));
     let args =
         ["aggregate", "--judgments", p(&j), "--labels", p(&l), "--methods", "ds,glad,gauss,kos", "--out", p(&out)];
-    let mut first = std::process::Command::new(common::jury_bin())
+    let mut first = std::process::Command::new(crate::common::jury_bin())
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -411,7 +410,7 @@ fn a_model_file_that_is_not_a_gguf_is_refused_in_one_line() {
         let fake = dir.path().join("fake.gguf");
         fs::write(&fake, bytes).unwrap();
         fs::write(&cfg, yaml.replace(smollm().to_str().unwrap(), fake.to_str().unwrap())).unwrap();
-        let out = std::process::Command::new(common::jury_bin())
+        let out = std::process::Command::new(crate::common::jury_bin())
             .args(["run", p(&cfg)])
             .env("RUST_BACKTRACE", "1")
             .output()
@@ -564,7 +563,7 @@ fn an_offline_hub_is_never_asked_for_a_judge_model() {
         ),
     )
     .unwrap();
-    let out = std::process::Command::new(common::jury_bin())
+    let out = std::process::Command::new(crate::common::jury_bin())
         .args(["run", p(&cfg)])
         .env("HF_HUB_OFFLINE", "1")
         .env("HF_HOME", dir.path().join("hf"))

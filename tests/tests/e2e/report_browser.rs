@@ -9,16 +9,15 @@ use std::fs;
 use std::path::Path;
 use std::process::Output;
 
-mod common;
 
-use common::{jury, repo_root};
+use crate::common::{jury, repo_root};
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
 fn screenshot(dir: &Path, png: &Path) -> Output {
-    common::install("scripts/install-chromium.sh", "Debian's chromium");
+    crate::common::install("scripts/install-chromium.sh", "Debian's chromium");
     std::process::Command::new(repo_root().join("scripts/screenshot-report"))
         .args([path_str(dir), path_str(png)])
         .output()
@@ -46,7 +45,7 @@ fn ink(png: &Path) -> (u32, u32, f64) {
 #[test]
 fn a_real_report_renders_in_headless_chromium_offline_and_silent() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = common::simulated_jury_with_texts(dir.path(), "<script>console.error('ran')</script>");
+    let sim = crate::common::simulated_jury_with_texts(dir.path(), "<script>console.error('ran')</script>");
     let out = dir.path().join("out");
     let (judgments, labels) = (sim.join("judgments.csv"), sim.join("labels.csv"));
     let args = ["--judgments", path_str(&judgments), "--labels", path_str(&labels)];

@@ -13,11 +13,10 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-mod common;
 
-use common::proxy::{Fault, FaultProxy};
-use common::servers::{Server, llama_server, llama_server_with, mistralrs_server, vllm_server};
-use common::{jury, jury_bin, repo_root};
+use crate::common::proxy::{Fault, FaultProxy};
+use crate::common::servers::{Server, llama_server, llama_server_with, mistralrs_server, vllm_server};
+use crate::common::{jury, jury_bin, repo_root};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -231,7 +230,7 @@ fn proxy_faults_give_the_clean_runs_verdicts() {
     // Without its prompt cache the server's answer depends on the prompt alone: with it,
     // a retried request whose abandoned first attempt the server finished finds its
     // whole prompt cached, and llama.cpp's different batching moved P(Yes) by 0.015.
-    let server = common::servers::llama_server_with(&qwen_gguf(), 2, 1, &["--no-cache-prompt"]);
+    let server = crate::common::servers::llama_server_with(&qwen_gguf(), 2, 1, &["--no-cache-prompt"]);
     let n = 12;
     let clean = tempfile::tempdir().unwrap();
     let extra = "      timeout_s: 3\n      retries: 12\n";
@@ -376,7 +375,7 @@ fn an_example_the_server_rejects_is_a_failure_row() {
 fn api_keys_never_leak() {
     let _one = lock();
     let secret = "sk-jury-test-7f3a9c1e5b";
-    let bin_server = common::servers::llama_server_with(&qwen_gguf(), 2, 1, &["--api-key", secret]);
+    let bin_server = crate::common::servers::llama_server_with(&qwen_gguf(), 2, 1, &["--api-key", secret]);
     let dir = tempfile::tempdir().unwrap();
     let judges = server_judge("q", &[bin_server.url()], "      api_key_env: JURY_TEST_KEY\n");
     let cfg = experiment(dir.path(), 3, &judges, None);
@@ -533,7 +532,7 @@ fn truthfulqa_server_config_runs_on_llama_server() {
     let _one = lock();
     let server = llama_server(&qwen_gguf(), 2, 2);
     let dir = tempfile::tempdir().unwrap();
-    let (file, data) = common::paper_stand_in("truthfulqa");
+    let (file, data) = crate::common::paper_stand_in("truthfulqa");
     let data_path = dir.path().join(file);
     fs::write(&data_path, data).unwrap();
     let config = fs::read_to_string(repo_root().join("configs/paper/truthfulqa-servers.yaml")).unwrap();
