@@ -240,10 +240,12 @@ impl<'a> Study<'a> {
         let run = self.methods.iter().find(|r| r.name == name);
         if let (Some(run), Some(labels)) = (run, self.labels) {
             let accs = judge_accuracies(self.judgments, labels);
-            let best = accs.iter().enumerate().filter_map(|(k, a)| a.map(|a| (k, a))).max_by(|a, b| a.1.total_cmp(&b.1));
+            let best =
+                accs.iter().enumerate().filter_map(|(k, a)| a.map(|a| (k, a))).max_by(|a, b| a.1.total_cmp(&b.1));
             if let Some((k, judge_acc)) = best {
                 let a = against_judge(run.aggregation.labels(), self.judgments, k, labels);
-                let points = 100.0 * (a.only_labelling_right as f64 - a.only_judge_right as f64) / a.compared.max(1) as f64;
+                let points =
+                    100.0 * (a.only_labelling_right as f64 - a.only_judge_right as f64) / a.compared.max(1) as f64;
                 let verdict = if points > 0.0 { "above it" } else { "not above it" };
                 let _ = writeln!(
                     s,

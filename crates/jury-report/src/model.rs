@@ -556,4 +556,3 @@ fn hardest(j: &Judgments, labels: Option<&Labels>, contexts: Option<&HashMap<Str
     }
     (out, count)
 }
-

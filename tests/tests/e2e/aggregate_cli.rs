@@ -4,7 +4,6 @@
 use std::fs;
 use std::path::Path;
 
-
 use crate::common::{jury, repo_root};
 use serde_json::Value;
 

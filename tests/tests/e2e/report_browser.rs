@@ -9,7 +9,6 @@ use std::fs;
 use std::path::Path;
 use std::process::Output;
 
-
 use crate::common::{jury, repo_root};
 
 fn path_str(p: &Path) -> &str {

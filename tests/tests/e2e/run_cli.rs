@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-
 use crate::common::{jury, jury_bin, repo_root};
 use serde_json::Value;
 

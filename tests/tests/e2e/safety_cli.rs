@@ -7,7 +7,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-
 use crate::common::{jury, repo_root};
 use serde_json::Value;
 
@@ -67,7 +66,12 @@ fn listing(dir: &Path) -> Vec<String> {
 
 /// `jury ARGS` started in `cwd`, with `$HOME` at `home` (never the real one).
 fn jury_at(cwd: &Path, home: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(crate::common::jury_bin()).args(args).current_dir(cwd).env("HOME", home).output().unwrap()
+    std::process::Command::new(crate::common::jury_bin())
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .output()
+        .unwrap()
 }
 
 /// `dir/exp.yaml` writing into `output` (as YAML gives it) with one server judge on a

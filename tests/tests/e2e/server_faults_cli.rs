@@ -11,7 +11,6 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-
 use crate::common::fake_openai::{FakeServer, Reply, Request, chat_answer, routes};
 use crate::common::{jury_bin, repo_root};
 

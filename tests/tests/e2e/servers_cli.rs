@@ -13,7 +13,6 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-
 use crate::common::proxy::{Fault, FaultProxy};
 use crate::common::servers::{Server, llama_server, llama_server_with, mistralrs_server, vllm_server};
 use crate::common::{jury, jury_bin, repo_root};

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-
 use crate::common::jury;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -86,11 +86,7 @@ fn answer(mut client: TcpStream, handler: &Handler, seen: &Mutex<Vec<Request>>) 
     let head = String::from_utf8_lossy(&raw[..end]).into_owned();
     // The request line is "METHOD TARGET VERSION".
     let target = head.lines().next().unwrap_or("").split(' ').nth(1).unwrap_or("").to_owned();
-    let request = Request {
-        target,
-        head: head.clone(),
-        body: String::from_utf8_lossy(&raw[end..]).into_owned(),
-    };
+    let request = Request { target, head: head.clone(), body: String::from_utf8_lossy(&raw[end..]).into_owned() };
     let reply = handler(&request);
     seen.lock().unwrap().push(request);
     let mut out = format!(
