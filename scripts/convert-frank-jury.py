@@ -37,19 +37,9 @@ import math
 import os
 import sys
 
-from jury_files import write_jury
+from jury_files import logistic_z, write_jury
 
 KEYS = ["hash", "model_name", "dataset", "split"]
-
-
-def logistic_z(values):
-    """{key: score} -> {key: logistic of the standardised score}."""
-    xs = list(values.values())
-    mean = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
-    if sd == 0:
-        sys.exit("error: a judge gives one score to every item")
-    return {k: 1.0 / (1.0 + math.exp(-(x - mean) / sd)) for k, x in values.items()}
 
 
 def main():
