@@ -1,5 +1,6 @@
 """A `jury run`'s resident host memory over its judgments, in one place for
-scripts/gpu-check, scripts/bench-judge-memory and scripts/compare-judge-runs.py: run a
+scripts/gpu-check, scripts/bench-judge-memory, scripts/bench-long-run and
+scripts/compare-judge-runs.py: run a
 command while sampling the process's resident memory and how many judgments its cache
 file holds, and summarise the samples. Standard library only.
 
@@ -9,22 +10,33 @@ resident kB), exiting with the command's status:
 """
 import csv
 import os
+import signal
 import subprocess
 import sys
 import time
 
 
-def run_sampled(cmd, cache, interval=0.2, **popen):
-    """Runs `cmd` to its end, sampling every `interval` seconds; returns (exit status,
-    [(seconds, judgments done, resident kB)])."""
+def judged(cache):
+    """How many judgments the cache file holds (0 before it exists)."""
+    return sum(1 for _ in open(cache)) if os.path.exists(cache) else 0
+
+
+def run_sampled(cmd, cache, interval=0.2, kill_at=None, **popen):
+    """Runs `cmd` to its end, sampling every `interval` seconds, or kills it with SIGKILL
+    once the cache holds `kill_at` judgments; returns (exit status, [(seconds, judgments
+    done, resident kB)]), the status -9 when it was killed."""
     start = time.time()
     p = subprocess.Popen(cmd, **popen)
     samples = []
     while p.poll() is None:
         try:
             rss = next(int(l.split()[1]) for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS"))
-            done = sum(1 for _ in open(cache)) if os.path.exists(cache) else 0
+            done = judged(cache)
             samples.append((time.time() - start, done, rss))
+            if kill_at is not None and done >= kill_at:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+                break
         except (OSError, StopIteration):
             pass
         time.sleep(interval)
