@@ -115,6 +115,16 @@ impl Aggregation {
     pub fn diagnostics(&self) -> &Diagnostics {
         &self.diagnostics
     }
+
+    /// The result of a binary method fitted outside this crate with `labels` calibration
+    /// labels (jury-calibrate's): `p1[n]` is example `n`'s probability of class 1, its
+    /// hard label 1 above one half.
+    pub fn calibrated(p1: &[f64], labels: usize) -> Result<Self, AggregateError> {
+        let method = "calibrated";
+        let values: Vec<f64> = p1.iter().flat_map(|&p| [1.0 - p, p]).collect();
+        let hard = p1.iter().map(|&p| usize::from(p > 0.5)).collect();
+        finish(method, 2, values, hard, Diagnostics::Calibrated { labels })
+    }
 }
 
 /// Method-specific facts about a run.
@@ -129,6 +139,10 @@ pub enum Diagnostics {
     DawidSkene(EmReport),
     /// A method that estimates one number per judge.
     Skills(SkillReport),
+    /// A method fitted on this many calibration labels.
+    Calibrated {
+        labels: usize,
+    },
 }
 
 /// Per-judge skills and the course of the fit, for the methods that estimate one number

@@ -22,6 +22,12 @@ pub(crate) struct Args {
     files: Files,
     #[command(flatten)]
     options: AggregateOptions,
+    /// Calibration labels (example_id, label, and the inclusion_probability column of a
+    /// `jury label-plan`): the calibrated method is fitted on them and recommended, the
+    /// positive rate corrected with intervals; with --labels, accuracies are scored only
+    /// outside them. Binary judgments only.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
 }
 
 /// The files of a command that reads a judgments table and writes an output directory
@@ -68,7 +74,24 @@ pub(crate) fn run(args: Args) -> Result<()> {
     settings.resolve_encoder()?;
     let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     let (judgments, labels) = args.files.read()?;
-    let study = jury_combine::run(&judgments, labels.as_ref(), &settings, &print_note)?;
+    let calibration = match &args.calibration {
+        Some(path) => Some(jury_io::read_calibration(path, &judgments)?),
+        None => None,
+    };
+    let (labels, dropped) = match (labels, &calibration) {
+        (Some(l), Some(c)) => {
+            let (kept, dropped) = jury_combine::scoring_labels(&l, c);
+            (Some(kept), dropped)
+        }
+        (labels, _) => (labels, 0),
+    };
+    let study = jury_combine::run_calibrated(
+        &judgments,
+        labels.as_ref(),
+        calibration.as_ref().map(|c| (c, dropped)),
+        &settings,
+        &print_note,
+    )?;
     write(&study, out.staging_dir(), &args.files.out)?;
     let texts = crate::report::read_texts(settings.contexts())?;
     crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;

@@ -3,6 +3,7 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
+mod label_plan;
 mod malloc;
 mod rank;
 mod report;
@@ -33,6 +34,9 @@ enum Command {
     Aggregate(Box<aggregate::Args>),
     /// Write a simulated jury with known skills (judgments.csv, labels.csv).
     Simulate(simulate::Args),
+    /// Choose examples to label for calibration: more where the jury is unsure, each with
+    /// its inclusion probability (plan.csv: example_id, inclusion_probability).
+    LabelPlan(label_plan::Args),
     /// Run a YAML experiment: judges over a data set, then aggregation and scoring.
     #[cfg(feature = "judges")]
     Run(run::Args),
@@ -72,6 +76,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Aggregate(args) => aggregate::run(*args),
         Command::Simulate(args) => simulate::run(args),
+        Command::LabelPlan(args) => label_plan::run(args),
         #[cfg(feature = "judges")]
         Command::Run(args) if args.dry_run => run::dry_run(&args),
         #[cfg(feature = "judges")]

@@ -24,6 +24,27 @@ enum What {
     /// Replay the adaptive jury on a judgments file recorded with every judge: judge
     /// calls and accuracy had each example stopped once its posterior was settled.
     Adaptive(AdaptiveArgs),
+    /// Replay calibration labels on a fully labeled jury: calibration sets of each budget
+    /// drawn from the labels (uniformly and by plan), each method's accuracy outside them
+    /// and each rate estimator's coverage (calibration.json and a page).
+    Calibration(CalibrationArgs),
+}
+
+#[derive(clap::Args)]
+struct CalibrationArgs {
+    /// The judgments (binary) and the labels of every example; the output directory gets
+    /// calibration.json.
+    #[command(flatten)]
+    files: crate::aggregate::Files,
+    /// Calibration budgets (labels per draw), comma-separated.
+    #[arg(long = "budget", value_delimiter = ',', default_values_t = [50, 100, 250])]
+    budgets: Vec<usize>,
+    /// Draws per budget and sampling.
+    #[arg(long, default_value_t = 200)]
+    trials: usize,
+    /// Seeds the draws, folds and bootstrap; the same seed writes the same file.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -116,6 +137,7 @@ fn costs_per_judge(judges: &[String], pairs: &[(String, f64)]) -> Result<Option<
 pub(crate) fn run(args: Args) -> Result<()> {
     match args.what {
         Some(What::Adaptive(a)) => adaptive(a),
+        Some(What::Calibration(a)) => calibration(a),
         None => jury(args.jury),
     }
 }
@@ -144,6 +166,32 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
     println!(
         "wrote {} and {}",
         args.files.out.join(layout::ADAPTIVE_REPLAY).display(),
+        args.files.out.join(jury_report::REPORT_FILE).display()
+    );
+    Ok(())
+}
+
+fn calibration(args: CalibrationArgs) -> Result<()> {
+    if args.trials == 0 {
+        anyhow::bail!("--trials must be at least 1");
+    }
+    let Some(labels_path) = &args.files.labels else {
+        anyhow::bail!("jury simulate calibration needs --labels FILE (every example's label, to draw from)");
+    };
+    let out = args.files.open_out("simulate calibration", &[layout::CALIBRATION_REPLAY, jury_report::REPORT_FILE])?;
+    let (judgments, labels) = args.files.read()?;
+    let labels = labels.with_context(|| format!("reading {}", labels_path.display()))?;
+    let settings =
+        jury_combine::Settings::new(&jury_combine::AggregateOptions { seed: args.seed, ..Default::default() })?;
+    let replay =
+        jury_combine::calibration_replay(&judgments, &labels, &settings, &args.budgets, args.trials, args.seed)?;
+    replay.write(out.staging_dir())?;
+    jury_report::write_page(out.staging_dir(), &jury_report::render_calibration(out.staging_dir())?)?;
+    out.publish()?;
+    print!("{}", jury_combine::calibration_table(&replay));
+    println!(
+        "wrote {} and {}",
+        args.files.out.join(layout::CALIBRATION_REPLAY).display(),
         args.files.out.join(jury_report::REPORT_FILE).display()
     );
     Ok(())

@@ -44,6 +44,9 @@ pub struct Study<'a> {
     pub recommendation: Option<Recommendation>,
     pub methods: Vec<MethodRun>,
     pub neural: Option<NeuralStudy>,
+    /// What the calibration labels did, when there were any (`calibrated` is then the
+    /// first of `methods` and the recommended method).
+    pub calibration: Option<jury_io::CalibrationMetrics>,
 }
 
 /// The method `recommended` stands for on one jury, and the criterion that chose it.
@@ -67,7 +70,7 @@ impl Settings {
     /// Chooses the method `recommended` stands for on `j` (see [`HeldOutJudges`]) among
     /// [`Method::CANDIDATES`], the log-odds models only when most entries are scores
     /// ([`scores_are_soft`]), with Dawid-Skene as the reference that stays unless beaten.
-    fn recommend(&self, j: &Judgments) -> Result<Recommendation, StudyError> {
+    pub(crate) fn recommend(&self, j: &Judgments) -> Result<Recommendation, StudyError> {
         let soft = scores_are_soft(j);
         let candidates: Vec<(Method, Box<dyn Aggregator>)> = Method::CANDIDATES
             .iter()
@@ -82,7 +85,7 @@ impl Settings {
         Ok(Recommendation { method: candidates[selection.chosen].0, selection, seconds })
     }
 
-    fn aggregator(&self, m: Method) -> Option<Box<dyn Aggregator>> {
+    pub(crate) fn aggregator(&self, m: Method) -> Option<Box<dyn Aggregator>> {
         match m {
             Method::Avg => Some(Box::new(AverageProb { ties: self.ties })),
             Method::Mv => Some(Box::new(MajorityVote { ties: self.ties })),
@@ -132,10 +135,34 @@ pub fn run<'a>(
     settings: &Settings,
     note: &dyn Fn(&Note),
 ) -> Result<Study<'a>, StudyError> {
+    run_calibrated(judgments, labels, None, settings, note)
+}
+
+/// As [`run`], with calibration labels: the calibrated method first, recommended. The
+/// caller passes scoring `labels` without the calibration examples
+/// ([`crate::scoring_labels`]), with how many it dropped.
+pub fn run_calibrated<'a>(
+    judgments: &'a Judgments,
+    labels: Option<&'a Labels>,
+    calibration: Option<(&jury_io::CalibrationLabels, usize)>,
+    settings: &Settings,
+    note: &dyn Fn(&Note),
+) -> Result<Study<'a>, StudyError> {
+    let calibrated = match calibration {
+        Some((c, dropped)) => {
+            let scored = labels.map_or(0, Labels::n_labeled);
+            Some(crate::calibration::calibrate(judgments, c, settings, scored, dropped)?)
+        }
+        None => None,
+    };
     let recommendation =
         if settings.methods.contains(&Method::Recommended) { Some(settings.recommend(judgments)?) } else { None };
     let resolved = settings.resolved_methods(recommendation.as_ref().map(|r| r.method));
-    let mut methods = Vec::with_capacity(resolved.len());
+    let mut methods = Vec::with_capacity(resolved.len() + 1);
+    let calibration = calibrated.map(|(run, metrics)| {
+        methods.push(run);
+        metrics
+    });
     for aggregator in resolved.iter().filter_map(|&m| settings.aggregator(m)) {
         let start = Instant::now();
         let aggregation = aggregator.aggregate(judgments)?;
@@ -160,7 +187,7 @@ pub fn run<'a>(
             Some(neural_study(runs, &methods, labels, &opts))
         }
     };
-    Ok(Study { judgments, labels, recommendation, methods, neural })
+    Ok(Study { judgments, labels, recommendation, methods, neural, calibration })
 }
 
 fn neural_study(runs: Vec<NeuralRun>, methods: &[MethodRun], labels: &Labels, opts: &NeuralOptions) -> NeuralStudy {

@@ -9,6 +9,7 @@
 //! methods, choose lambda and the epoch on each seed's dev set).
 
 mod adaptive;
+mod calibration;
 mod combine;
 mod options;
 mod views;
@@ -16,7 +17,8 @@ mod views;
 use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
-pub use combine::{MethodRun, NeuralStudy, Recommendation, Study, run};
+pub use calibration::{calibration_replay, calibration_table, label_plan, scoring_labels};
+pub use combine::{MethodRun, NeuralStudy, Recommendation, Study, run, run_calibrated};
 pub use options::{
     AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
 };

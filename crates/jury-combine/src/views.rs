@@ -79,6 +79,7 @@ fn diagnostics(d: &Diagnostics, j: &Judgments) -> DiagnosticMetrics {
             ties: r.ties,
             unjudged: r.unjudged,
         },
+        Diagnostics::Calibrated { labels } => DiagnosticMetrics::Calibrated { calibration_labels: *labels },
     }
 }
 
@@ -143,7 +144,11 @@ impl<'a> Study<'a> {
             n_judges: j.n_judges(),
             n_classes: j.n_classes(),
             n_labeled: labels.map(Labels::n_labeled),
-            recommended_method: self.recommendation.as_ref().map_or_else(String::new, |r| r.name().to_owned()),
+            recommended_method: match (&self.calibration, &self.recommendation) {
+                (Some(_), _) => crate::calibration::METHOD.to_owned(),
+                (None, r) => r.as_ref().map_or_else(String::new, |r| r.name().to_owned()),
+            },
+            calibration: self.calibration.clone(),
             recommendation: self.recommendation.as_ref().map(|r| recommendation(&r.selection, r.seconds)),
             agreement: {
                 let a = jury_metrics::jury_agreement(j);
@@ -353,6 +358,7 @@ fn table(j: &Judgments, labels: Option<&Labels>, runs: &[crate::MethodRun]) -> S
             Diagnostics::Counting { ties, .. } => format!("{ties} ties"),
             Diagnostics::DawidSkene(em) => fit(em.iterations, em.converged, em.ties),
             Diagnostics::Skills(r) => fit(r.iterations, r.converged, r.ties),
+            Diagnostics::Calibrated { labels } => format!("fitted on {labels} calibration labels"),
         };
         let _ = writeln!(s, "{:<width$}  {:>8}  {:>8}  {:>8}  {notes}", r.name, fmt_opt(acc), fmt_opt(b), fmt_opt(e));
     }

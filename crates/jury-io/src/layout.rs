@@ -34,6 +34,8 @@ pub const ADAPTIVE_DECISIONS: &str = "adaptive.csv";
 
 /// `jury simulate adaptive`: the replay.
 pub const ADAPTIVE_REPLAY: &str = "adaptive.json";
+/// `jury simulate calibration`: the replay of calibration labels.
+pub const CALIBRATION_REPLAY: &str = "calibration.json";
 /// `jury winrate`: the calibrated win rates.
 pub const WINRATE: &str = "winrate.json";
 /// `jury rank`: the ranking.

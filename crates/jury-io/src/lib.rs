@@ -6,6 +6,7 @@
 //! guessing. Outputs are written to a temporary file in the target directory and renamed
 //! into place, so a reader never sees a half-written file.
 
+mod calibration;
 mod csv;
 mod input;
 pub mod layout;
@@ -18,6 +19,9 @@ mod records;
 mod table;
 mod write;
 
+pub use calibration::{
+    CalibrationMetrics, CalibrationReplay, RateInterval, ReplayAccuracy, ReplayBudget, ReplayCoverage, ReplayJury,
+};
 pub use input::{
     DEFAULT_MAX_INPUT_SIZE, MAX_INPUT_SIZE_FLAG, format_size, max_input_size, parse_size, read_input,
     read_input_to_string, set_max_input_size,
@@ -34,7 +38,9 @@ pub use output::{OutputDir, OutputError, Owner, Protected};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
-pub use table::{read_categories, read_judgments, read_labels, read_texts};
+pub use table::{
+    CalibrationLabels, INCLUSION_COLUMN, read_calibration, read_categories, read_judgments, read_labels, read_texts,
+};
 pub use write::{csv_field, persist_synced, terminal_text, write_atomic};
 
 use std::path::PathBuf;

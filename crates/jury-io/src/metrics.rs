@@ -28,6 +28,9 @@ pub struct Metrics {
     /// files written before it was measured.
     #[serde(default)]
     pub agreement: Option<AgreementMetrics>,
+    /// What the calibration labels did (`--calibration`); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::CalibrationMetrics>,
     pub judges: Named<JudgeMetrics>,
     pub methods: Named<MethodMetrics>,
     /// The context-dependent methods' seeds and each one's dev set by example id.
@@ -207,6 +210,10 @@ pub enum DiagnosticMetrics {
         ties: usize,
         unjudged: usize,
     },
+    /// A method fitted on calibration labels (`calibrated`).
+    Calibrated {
+        calibration_labels: usize,
+    },
 }
 
 /// The dev set's choice for one seed.
@@ -364,6 +371,16 @@ mod tests {
                 fleiss_kappa: Some(0.4),
                 krippendorff_alpha: None,
                 error_correlation: None,
+            }),
+            calibration: Some(crate::CalibrationMetrics {
+                n_calibration: 3,
+                n_scored: 2,
+                n_scoring_dropped: 3,
+                sampling: "planned".into(),
+                label_free_method: "ds".into(),
+                picked_judge: "a".into(),
+                stack: named(vec![("label-free", 0.5), ("lda", 0.0)]),
+                rates: named(vec![("ppi-jury", crate::RateInterval { estimate: 0.4, low: 0.3, high: 0.5 })]),
             }),
             judges: named(vec![("a", JudgeMetrics { accuracy: Some(0.6), coverage: 1.0 })]),
             methods: named(vec![

@@ -741,3 +741,71 @@ mod tests {
         assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
     }
 }
+
+/// Calibration labels (`--calibration`, `calibration: {labels: FILE}`): the examples a
+/// user labeled to calibrate the jury, in file order, with the probability each had of
+/// being chosen when a label plan chose them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibrationLabels {
+    /// Each label's example, as its position in the judgments.
+    pub index: Vec<usize>,
+    pub labels: Vec<u8>,
+    /// The `inclusion_probability` column of a plan (`jury label-plan`), when present.
+    pub inclusion: Option<Vec<f64>>,
+}
+
+/// The name of the optional column a label plan writes and the estimators read.
+pub const INCLUSION_COLUMN: &str = "inclusion_probability";
+
+/// Reads calibration labels for a binary `judgments`: `example_id`, `label` (0/1, yes/no)
+/// and optionally [`INCLUSION_COLUMN`]. Every id must be among the judgments' examples;
+/// errors name the file, line and field.
+pub fn read_calibration(path: &Path, judgments: &Judgments) -> Result<CalibrationLabels, IoError> {
+    let t = Table::load(path)?;
+    let ids = t.strings("example_id")?;
+    let raw = t.strings("label")?;
+    let inclusion = if t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
+    let position: HashMap<&str, usize> =
+        judgments.example_ids().iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    let mut out = CalibrationLabels { index: vec![], labels: vec![], inclusion: inclusion.as_ref().map(|_| vec![]) };
+    for (i, (id, label)) in ids.iter().zip(&raw).enumerate() {
+        let Some(id) = id.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+            return Err(t.field_err(i, "example_id", "empty value"));
+        };
+        let Some(&n) = position.get(id) else {
+            return Err(t.field_err(i, "example_id", format!("`{id}` is not among the judgments' examples")));
+        };
+        let text = label.as_deref().map(str::trim).unwrap_or("");
+        let Some(l) = parse_label(text, 2).filter(|_| judgments.n_classes() == 2) else {
+            return Err(t.field_err(i, "label", format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
+        };
+        if let Some(first) = seen.insert(n, i) {
+            return Err(t.field_err(
+                i,
+                "example_id",
+                format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
+            ));
+        }
+        if let (Some(col), Some(out)) = (&inclusion, out.inclusion.as_mut()) {
+            match col[i] {
+                Some(p) if p > 0.0 && p <= 1.0 => out.push(p),
+                other => {
+                    let shown = other.map_or("empty".to_owned(), |p| p.to_string());
+                    return Err(t.field_err(i, INCLUSION_COLUMN, format!("{shown} is not a probability in (0, 1]")));
+                }
+            }
+        }
+        out.index.push(n);
+        out.labels.push(l as u8);
+    }
+    let ones = out.labels.iter().filter(|&&l| l == 1).count();
+    if ones == 0 || ones == out.labels.len() {
+        let class = if ones == 0 { 0 } else { 1 };
+        return Err(t.column_err(
+            "label",
+            format!("one class only ({} labels, all {class}): calibration needs examples of both", out.labels.len()),
+        ));
+    }
+    Ok(out)
+}

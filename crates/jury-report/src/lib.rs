@@ -47,12 +47,13 @@ pub struct Inputs<'a> {
 pub const REPORT_FILE: &str = jury_io::layout::REPORT;
 
 /// The pages' templates (`.html`: minijinja escapes every value they print).
-const TEMPLATES: [(&str, &str); 5] = [
+const TEMPLATES: [(&str, &str); 6] = [
     ("base.html", include_str!("../templates/base.html")),
     ("run.html", include_str!("../templates/report.html")),
     ("winrate.html", include_str!("../templates/winrate.html")),
     ("rank.html", include_str!("../templates/rank.html")),
     ("adaptive.html", include_str!("../templates/adaptive.html")),
+    ("calibration.html", include_str!("../templates/calibration.html")),
 ];
 
 fn fill(name: &str, page: &impl serde::Serialize) -> Result<String, ReportError> {
@@ -83,6 +84,11 @@ pub fn render_ranking(dir: &Path) -> Result<String, ReportError> {
 /// against judge calls.
 pub fn render_adaptive(dir: &Path) -> Result<String, ReportError> {
     fill("adaptive.html", &studies::adaptive(dir)?)
+}
+
+/// The page of `dir`'s calibration.json (`jury simulate calibration`).
+pub fn render_calibration(dir: &Path) -> Result<String, ReportError> {
+    fill("calibration.html", &studies::calibration(dir)?)
 }
 
 /// Writes `dir/report.html` from `html`, atomically.

@@ -54,6 +54,10 @@ pub(crate) struct Page {
     pub(crate) accuracy_svg: Option<String>,
     pub(crate) kappa_svg: Option<String>,
     pub(crate) calibration: Vec<Calibration>,
+    /// The positive rate corrected with calibration labels: estimator, estimate, 95%
+    /// interval; and their chart.
+    pub(crate) rates: Vec<(String, String, String)>,
+    pub(crate) rates_svg: Option<String>,
     pub(crate) confusion: Vec<ConfusionRow>,
     pub(crate) slopes: Vec<SlopePlot>,
     pub(crate) hardest: Vec<Hard>,
@@ -214,6 +218,21 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     if let Some(r) = &metrics.recommendation {
         facts.push(("recommended method".to_owned(), r.why(&metrics.recommended_method)));
     }
+    if let Some(c) = &metrics.calibration {
+        facts.push((
+            "calibration labels".to_owned(),
+            format!(
+                "{} ({}): `calibrated` is fitted on them and recommended; every accuracy is scored on the {} \
+                 reference labels outside them ({} reference labels of calibration examples left out)",
+                c.n_calibration, c.sampling, c.n_scored, c.n_scoring_dropped
+            ),
+        ));
+        let stack: Vec<String> = c.stack.0.iter().map(|(m, w)| format!("{m} {w:.2}")).collect();
+        facts.push((
+            "calibrated stack".to_owned(),
+            format!("{} (label-free: {}; picked judge: {})", stack.join(", "), c.label_free_method, c.picked_judge),
+        ));
+    }
     if let Some(a) = &metrics.agreement {
         let show = |x: Option<f64>| x.map_or("n/a (one class or no shared example)".to_owned(), |x| format!("{x:.3}"));
         facts.push(("Fleiss' kappa".to_owned(), show(a.fleiss_kappa)));
@@ -277,6 +296,29 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             });
         }
     }
+    let (rates, rates_svg) = match &metrics.calibration {
+        Some(c) => {
+            let rows: Vec<plots::PairPoint> = c
+                .rates
+                .0
+                .iter()
+                .map(|(name, r)| plots::PairPoint {
+                    label: name,
+                    estimate: Some((r.estimate, r.low, r.high)),
+                    observed: None,
+                    human: None,
+                })
+                .collect();
+            let table = c
+                .rates
+                .0
+                .iter()
+                .map(|(name, r)| (name.clone(), f4(r.estimate), format!("{} - {}", f4(r.low), f4(r.high))))
+                .collect();
+            (table, Some(plots::intervals(&rows, "positive-class rate, 95% interval")?))
+        }
+        None => (Vec::new(), None),
+    };
     let names: HashSet<&str> = shown.iter().map(|&k| j.judge_names()[k].as_str()).collect();
     let confusion = confusion_rows(&metrics, &names);
     let slopes = slope_plots(&metrics, &entries)?;
@@ -297,6 +339,8 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         accuracy_svg,
         kappa_svg,
         calibration,
+        rates,
+        rates_svg,
         confusion,
         slopes,
         hardest,
@@ -394,6 +438,9 @@ fn method_rows(metrics: &Metrics) -> Vec<MethodRow> {
                 (_, Some(DiagnosticMetrics::DawidSkene { iterations, converged, .. }))
                 | (_, Some(DiagnosticMetrics::Skills { iterations, converged, .. })) => fit(*iterations, *converged),
                 (_, Some(DiagnosticMetrics::Counting { ties, .. })) => format!("{ties} ties"),
+                (_, Some(DiagnosticMetrics::Calibrated { calibration_labels })) => {
+                    format!("fitted on {calibration_labels} calibration labels, scored outside them")
+                }
                 (None, None) => String::new(),
             };
             MethodRow {

@@ -272,6 +272,12 @@ pub(crate) struct PairPoint<'a> {
 /// One row per pair on [0, 1]: the estimate's interval and point, the observed rate and
 /// the human rate.
 pub(crate) fn win_rates(rows: &[PairPoint]) -> Result<String, ReportError> {
+    intervals(rows, "win rate of G1 over G0")
+}
+
+/// One row per estimate on [0, 1]: its interval and point (the rates of a calibrated run,
+/// the win rates of pairs), with `x_desc` under the axis.
+pub(crate) fn intervals(rows: &[PairPoint], x_desc: &str) -> Result<String, ReportError> {
     let mut svg = String::new();
     let height = 70 + 28 * rows.len() as u32;
     {
@@ -288,7 +294,7 @@ pub(crate) fn win_rates(rows: &[PairPoint]) -> Result<String, ReportError> {
         chart
             .configure_mesh()
             .disable_y_mesh()
-            .x_desc("win rate of G1 over G0")
+            .x_desc(x_desc)
             .y_labels(rows.len())
             .y_label_formatter(&|v| match v {
                 SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),

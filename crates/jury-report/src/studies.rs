@@ -257,3 +257,104 @@ pub(crate) fn adaptive(dir: &Path) -> Result<AdaptivePage, ReportError> {
     };
     Ok(AdaptivePage { title: "adaptive jury (replay)".to_owned(), facts, judges, curve, chart, cost_chart })
 }
+
+/// calibration.html's contents.
+#[derive(Debug, Serialize)]
+pub(crate) struct CalibrationPage {
+    title: String,
+    facts: Vec<(String, String)>,
+    trials: usize,
+    recommended: String,
+    true_rate: String,
+    methods: Vec<String>,
+    estimators: Vec<String>,
+    accuracy: Vec<CalibrationRow>,
+    coverage: Vec<CalibrationRow>,
+    chart: String,
+}
+
+#[derive(Debug, Serialize)]
+struct CalibrationRow {
+    budget: usize,
+    sampling: String,
+    cells: Vec<String>,
+}
+
+pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
+    let r = jury_io::CalibrationReplay::read(dir)?;
+    let first = r.budgets.first();
+    let methods: Vec<String> = first.map(|b| b.methods.0.iter().map(|(m, _)| m.clone()).collect()).unwrap_or_default();
+    let estimators: Vec<String> =
+        first.map(|b| b.estimators.0.iter().map(|(e, _)| e.clone()).collect()).unwrap_or_default();
+    let row = |b: &jury_io::ReplayBudget, cells: Vec<String>| CalibrationRow {
+        budget: b.budget,
+        sampling: b.sampling.clone(),
+        cells,
+    };
+    let accuracy = r
+        .budgets
+        .iter()
+        .map(|b| {
+            row(
+                b,
+                b.methods
+                    .0
+                    .iter()
+                    .map(|(_, a)| format!("{} ({})", pct(a.mean_accuracy), pct(a.p10_accuracy)))
+                    .collect(),
+            )
+        })
+        .collect();
+    let coverage = r
+        .budgets
+        .iter()
+        .map(|b| {
+            row(
+                b,
+                b.estimators
+                    .0
+                    .iter()
+                    .map(|(_, c)| format!("{:.1}%, width {:.3}", 100.0 * c.coverage, c.mean_width))
+                    .collect(),
+            )
+        })
+        .collect();
+    // The chart: each estimator's mean interval around the true rate, per budget and sampling.
+    let labels: Vec<String> = r
+        .budgets
+        .iter()
+        .flat_map(|b| b.estimators.0.iter().map(move |(e, _)| format!("{} {} {e}", b.budget, b.sampling)))
+        .collect();
+    let truth = r.jury.true_rate;
+    let rows: Vec<crate::plots::PairPoint> = r
+        .budgets
+        .iter()
+        .flat_map(|b| b.estimators.0.iter())
+        .zip(&labels)
+        .map(|((_, c), label)| crate::plots::PairPoint {
+            label,
+            estimate: Some((truth, (truth - c.mean_width / 2.0).max(0.0), (truth + c.mean_width / 2.0).min(1.0))),
+            observed: None,
+            human: None,
+        })
+        .collect();
+    let chart = crate::plots::intervals(&rows, "mean interval width, centred on the true rate")?;
+    Ok(CalibrationPage {
+        title: "calibration labels replayed".to_owned(),
+        facts: vec![
+            ("examples".to_owned(), r.jury.n_examples.to_string()),
+            ("judges".to_owned(), r.jury.n_judges.to_string()),
+            ("label-free recommended method".to_owned(), r.jury.recommended_method.clone()),
+            ("seed".to_owned(), r.jury.seed.to_string()),
+            ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ],
+        trials: first.map_or(0, |b| b.trials),
+        recommended: r.jury.recommended_method.clone(),
+        true_rate: format!("{:.4}", truth),
+        methods,
+        estimators,
+        accuracy,
+        coverage,
+        chart,
+    })
+}

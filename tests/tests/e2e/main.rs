@@ -6,6 +6,7 @@ mod common;
 
 mod aggregate_cli;
 mod architecture;
+mod calibration_cli;
 mod report_browser;
 mod run_cli;
 mod safety_cli;

@@ -1,0 +1,501 @@
+//! The calibrated combination: a stack of four simple models of the label, fitted on the
+//! calibration labels with every unlabeled judgment informing two of them.
+//!
+//! Each model gives a linear score over the judges' log-odds and the label-free
+//! posterior's log-odds, so the stack is one linear score too:
+//! - `label-free`: the label-free recommended method's log-odds, rescaled and shifted by a
+//!   one-feature logistic regression on the labels (what labels add to a method that
+//!   needs none: its threshold and its confidence);
+//! - `picked-judge`: the judge most accurate on the labels, rescaled the same way (the
+//!   right answer when one judge dominates);
+//! - `lda` and `lda-shrunk`: a linear discriminant whose covariance comes from all
+//!   examples (it needs no labels: the total covariance gives the same direction as the
+//!   within-class one) and whose class-mean difference comes from the labels, alone or
+//!   shrunk toward the label-free posterior's class-mean difference with the weight of
+//!   300 labels.
+//!
+//! The stack's weights are a non-negative logistic regression on the four models' 5-fold
+//! out-of-fold scores on the calibration labels (a super learner): every setting is
+//! chosen inside the calibration set. The candidates and the shrinkage were chosen on
+//! HaluEval-10 and LLMBar (docs/reproduction.md).
+
+use jury_core::Judgments;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use crate::linalg::{inverse_spd, solve_spd};
+use crate::{CalibrationError, Sample};
+
+/// Log-odds are clipped to this probability from 0 and 1 (a hard verdict reads as
+/// +-6.9), so a confident judge does not decide alone by an infinite margin.
+const CLIP: f64 = 1e-3;
+/// Folds of the out-of-fold scores the stack is fitted on.
+const FOLDS: usize = 5;
+/// The weight, in labels, of the label-free class-mean difference in `lda-shrunk`.
+const SHRINK_LABELS: f64 = 300.0;
+
+/// The judges' log-odds as a dense examples x judges matrix (a missing judgment reads as
+/// 0, no evidence), with what the fits need from all examples: the mean, the inverse
+/// total covariance and the label-free posterior's log-odds and class-mean difference.
+#[derive(Debug, Clone)]
+pub struct LogOdds {
+    n: usize,
+    k: usize,
+    x: Vec<f64>,
+    mean: Vec<f64>,
+    inv_cov: Vec<f64>,
+    label_free: Vec<f64>,
+    label_free_diff: Vec<f64>,
+}
+
+impl LogOdds {
+    /// Reads `j` (binary) with the label-free recommended method's probability of class 1
+    /// for each example.
+    pub fn new(j: &Judgments, label_free: &[f64]) -> Result<Self, CalibrationError> {
+        if j.n_classes() != 2 {
+            return Err(CalibrationError::NotBinary(j.n_classes()));
+        }
+        let (n, k) = (j.n_examples(), j.n_judges());
+        let mut x = vec![0.0; n * k];
+        for i in 0..n {
+            for (judge, p) in j.row(i) {
+                x[i * k + judge] = logit(p[1], CLIP);
+            }
+        }
+        Self::from_dense(n, k, x, label_free)
+    }
+
+    /// From a row-major examples x judges matrix of log-odds.
+    pub fn from_dense(n: usize, k: usize, x: Vec<f64>, label_free: &[f64]) -> Result<Self, CalibrationError> {
+        if label_free.len() != n {
+            return Err(CalibrationError::Length(label_free.len(), n));
+        }
+        let mut mean = vec![0.0; k];
+        x.chunks_exact(k).for_each(|r| r.iter().zip(&mut mean).for_each(|(v, m)| *m += v / n as f64));
+        let mut cov = vec![0.0; k * k];
+        for r in x.chunks_exact(k) {
+            for a in 0..k {
+                let da = r[a] - mean[a];
+                for b in 0..=a {
+                    cov[a * k + b] += da * (r[b] - mean[b]) / n as f64;
+                }
+            }
+        }
+        for a in 0..k {
+            for b in 0..a {
+                cov[b * k + a] = cov[a * k + b];
+            }
+            cov[a * k + a] += 1e-6;
+        }
+        let inv_cov = inverse_spd(&cov, k);
+        let (mut s1, mut s0, mut w1, mut w0) = (vec![0.0; k], vec![0.0; k], 0.0, 0.0);
+        for (r, &p) in x.chunks_exact(k).zip(label_free) {
+            for b in 0..k {
+                s1[b] += p * r[b];
+                s0[b] += (1.0 - p) * r[b];
+            }
+            w1 += p;
+            w0 += 1.0 - p;
+        }
+        let label_free_diff = (0..k).map(|b| s1[b] / w1.max(1e-12) - s0[b] / w0.max(1e-12)).collect();
+        let label_free = label_free.iter().map(|&p| logit(p, 1e-4)).collect();
+        Ok(Self { n, k, x, mean, inv_cov, label_free, label_free_diff })
+    }
+
+    pub fn n_examples(&self) -> usize {
+        self.n
+    }
+
+    pub fn n_judges(&self) -> usize {
+        self.k
+    }
+
+    fn row(&self, i: usize) -> &[f64] {
+        &self.x[i * self.k..(i + 1) * self.k]
+    }
+
+    /// The label-free recommended method's probability of class 1 for every example.
+    pub fn label_free_probabilities(&self) -> Vec<f64> {
+        self.label_free.iter().map(|&z| sigmoid(z)).collect()
+    }
+
+    /// Judge `k`'s log-odds on example `i`.
+    pub fn get(&self, i: usize, k: usize) -> f64 {
+        self.x[i * self.k + k]
+    }
+}
+
+fn logit(p: f64, clip: f64) -> f64 {
+    let p = p.clamp(clip, 1.0 - clip);
+    (p / (1.0 - p)).ln()
+}
+
+fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z.clamp(-50.0, 50.0)).exp())
+}
+
+/// A linear score: `sum_k w_k x_ik + label_free * lf_i + bias`, the log-odds of class 1.
+#[derive(Debug, Clone, PartialEq)]
+struct Linear {
+    w: Vec<f64>,
+    label_free: f64,
+    bias: f64,
+}
+
+impl Linear {
+    fn score(&self, d: &LogOdds, i: usize) -> f64 {
+        let s: f64 = d.row(i).iter().zip(&self.w).map(|(x, w)| x * w).sum();
+        s + self.label_free * d.label_free[i] + self.bias
+    }
+
+    fn add_scaled(&mut self, other: &Linear, c: f64) {
+        self.w.iter_mut().zip(&other.w).for_each(|(a, b)| *a += c * b);
+        self.label_free += c * other.label_free;
+        self.bias += c * other.bias;
+    }
+}
+
+/// The four models the stack combines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidate {
+    LabelFree,
+    PickedJudge,
+    Lda,
+    LdaShrunk,
+}
+
+impl Candidate {
+    pub const ALL: [Candidate; 4] =
+        [Candidate::LabelFree, Candidate::PickedJudge, Candidate::Lda, Candidate::LdaShrunk];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Candidate::LabelFree => "label-free",
+            Candidate::PickedJudge => "picked-judge",
+            Candidate::Lda => "lda",
+            Candidate::LdaShrunk => "lda-shrunk",
+        }
+    }
+
+    /// Fits this model on the labeled examples `rows` (indices into `d`), `y` their
+    /// labels and `w` their weights (mean 1).
+    fn fit(self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64]) -> Linear {
+        let k = d.k;
+        match self {
+            Candidate::LabelFree => {
+                let s: Vec<f64> = rows.iter().map(|&i| d.label_free[i]).collect();
+                let (a, b) = logistic_1d(&s, y, w);
+                Linear { w: vec![0.0; k], label_free: a, bias: b }
+            }
+            Candidate::PickedJudge => {
+                let best = picked_judge_rows(d, rows, y, w);
+                let s: Vec<f64> = rows.iter().map(|&i| d.get(i, best)).collect();
+                let (a, b) = logistic_1d(&s, y, w);
+                let mut wv = vec![0.0; k];
+                wv[best] = a;
+                Linear { w: wv, label_free: 0.0, bias: b }
+            }
+            Candidate::Lda | Candidate::LdaShrunk => {
+                let (mut s1, mut s0, mut w1, mut w0) = (vec![0.0; k], vec![0.0; k], 0.0, 0.0);
+                for ((&i, &yi), &wi) in rows.iter().zip(y).zip(w) {
+                    let (s, t) = if yi > 0.5 { (&mut s1, &mut w1) } else { (&mut s0, &mut w0) };
+                    s.iter_mut().zip(d.row(i)).for_each(|(a, x)| *a += wi * x);
+                    *t += wi;
+                }
+                let labeled: Vec<f64> = if w1 > 0.0 && w0 > 0.0 {
+                    (0..k).map(|b| s1[b] / w1 - s0[b] / w0).collect()
+                } else {
+                    d.label_free_diff.clone()
+                };
+                let lambda = if self == Candidate::LdaShrunk { SHRINK_LABELS } else { 0.0 };
+                let m = rows.len() as f64;
+                let diff: Vec<f64> =
+                    labeled.iter().zip(&d.label_free_diff).map(|(l, f)| (m * l + lambda * f) / (m + lambda)).collect();
+                let v: Vec<f64> = (0..k).map(|a| (0..k).map(|b| d.inv_cov[a * k + b] * diff[b]).sum()).collect();
+                let offset: f64 = v.iter().zip(&d.mean).map(|(v, m)| v * m).sum();
+                let s: Vec<f64> =
+                    rows.iter().map(|&i| d.row(i).iter().zip(&v).map(|(x, v)| x * v).sum::<f64>() - offset).collect();
+                let (a, b) = logistic_1d(&s, y, w);
+                Linear { w: v.iter().map(|v| a * v).collect(), label_free: 0.0, bias: b - a * offset }
+            }
+        }
+    }
+}
+
+/// The judge whose hard votes agree most with the weighted labels (the first on ties).
+fn picked_judge_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64]) -> usize {
+    let mut best = (0, f64::NEG_INFINITY);
+    for k in 0..d.k {
+        let acc: f64 = rows
+            .iter()
+            .zip(y)
+            .zip(w)
+            .map(|((&i, &yi), &wi)| if (d.get(i, k) > 0.0) == (yi > 0.5) { wi } else { 0.0 })
+            .sum();
+        if acc > best.1 {
+            best = (k, acc);
+        }
+    }
+    best.0
+}
+
+/// The judge the labels of `sample` pick: the most accurate on them (inclusion-weighted).
+pub fn picked_judge(d: &LogOdds, sample: &Sample) -> usize {
+    let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
+    picked_judge_rows(d, sample.index(), &y, &weights(sample))
+}
+
+/// Each labeled example's fitting weight, `1 / pi_i` scaled to mean 1.
+fn weights(sample: &Sample) -> Vec<f64> {
+    let e = sample.expansion();
+    let mean = e.iter().sum::<f64>() / e.len() as f64;
+    e.iter().map(|v| v / mean).collect()
+}
+
+/// Weighted logistic regression of `y` on one feature, `y ~ sigmoid(a s + b)`, with a
+/// unit ridge on both coefficients of the standardised feature (damped Newton; the ridge
+/// keeps a perfectly separating judge finite).
+fn logistic_1d(s: &[f64], y: &[f64], w: &[f64]) -> (f64, f64) {
+    let m = s.len() as f64;
+    let mean = s.iter().sum::<f64>() / m;
+    let sd = (s.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m).sqrt().max(1e-9);
+    let t: Vec<f64> = s.iter().map(|v| v / sd).collect();
+    let z: Vec<Vec<f64>> = t.iter().map(|&v| vec![v]).collect();
+    let beta = logistic(&z, y, w, 1.0, 1.0, false);
+    (beta[0] / sd, beta[1])
+}
+
+/// Weighted ridge logistic regression of `y` on the rows of `z` plus an intercept (the
+/// last coefficient, with ridge `l2_bias`); with `non_negative`, the feature coefficients
+/// are kept at or above 0 (active set: a negative one is fixed at 0 and the rest refitted).
+fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], l2: f64, l2_bias: f64, non_negative: bool) -> Vec<f64> {
+    let p = z.first().map_or(0, Vec::len);
+    let mut active = vec![true; p];
+    loop {
+        let cols: Vec<usize> = (0..p).filter(|&c| active[c]).collect();
+        let d = cols.len() + 1;
+        let mut beta = vec![0.0; d];
+        let objective = |beta: &[f64]| -> f64 {
+            let mut f = 0.0;
+            for ((row, &yi), &wi) in z.iter().zip(y).zip(w) {
+                let s = cols.iter().enumerate().map(|(j, &c)| beta[j] * row[c]).sum::<f64>() + beta[d - 1];
+                f += wi * (softplus(s) - yi * s);
+            }
+            let reg: f64 = beta[..d - 1].iter().map(|b| b * b).sum::<f64>() * l2 + beta[d - 1].powi(2) * l2_bias;
+            f + 0.5 * reg
+        };
+        let mut f = objective(&beta);
+        for _ in 0..100 {
+            let mut g = vec![0.0; d];
+            let mut h = vec![0.0; d * d];
+            let mut feat = vec![0.0; d];
+            for ((row, &yi), &wi) in z.iter().zip(y).zip(w) {
+                cols.iter().enumerate().for_each(|(j, &c)| feat[j] = row[c]);
+                feat[d - 1] = 1.0;
+                let s: f64 = feat.iter().zip(&beta).map(|(a, b)| a * b).sum();
+                let pr = sigmoid(s);
+                for a in 0..d {
+                    g[a] += wi * (pr - yi) * feat[a];
+                    for b in 0..=a {
+                        h[a * d + b] += wi * pr * (1.0 - pr) * feat[a] * feat[b];
+                    }
+                }
+            }
+            for a in 0..d {
+                for b in 0..a {
+                    h[b * d + a] = h[a * d + b];
+                }
+                let r = if a == d - 1 { l2_bias } else { l2 };
+                g[a] += r * beta[a];
+                h[a * d + a] += r;
+            }
+            let step = solve_spd(&h, &g);
+            let mut c = 1.0;
+            let mut next: Vec<f64>;
+            loop {
+                next = beta.iter().zip(&step).map(|(b, s)| b - c * s).collect();
+                let fn_ = objective(&next);
+                if fn_ <= f + 1e-12 || c < 1e-6 {
+                    let done = f - fn_ < 1e-10;
+                    beta = next;
+                    f = fn_;
+                    if done {
+                        break;
+                    }
+                    break;
+                }
+                c /= 2.0;
+            }
+            if step.iter().map(|s| (c * s).abs()).fold(0.0, f64::max) < 1e-9 {
+                break;
+            }
+        }
+        let mut full = vec![0.0; p + 1];
+        cols.iter().enumerate().for_each(|(j, &c)| full[c] = beta[j]);
+        full[p] = beta[d - 1];
+        let negative: Vec<usize> = cols.iter().enumerate().filter(|(j, _)| beta[*j] < 0.0).map(|(_, &c)| c).collect();
+        if !non_negative || negative.is_empty() {
+            return full;
+        }
+        negative.iter().for_each(|&c| active[c] = false);
+    }
+}
+
+fn softplus(s: f64) -> f64 {
+    if s > 30.0 { s } else { s.exp().ln_1p() }
+}
+
+/// The calibrated combination fitted on one calibration sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibrated {
+    model: Linear,
+    /// Each candidate's weight in the stack, in [`Candidate::ALL`] order.
+    pub stack: Vec<(Candidate, f64)>,
+}
+
+impl Calibrated {
+    /// Fits the stack on `sample` (seeded folds).
+    pub fn fit(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
+        let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
+        Self::fit_rows(d, sample.index(), &y, &weights(sample), seed)
+    }
+
+    fn fit_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Self {
+        let m = rows.len();
+        let folds = fold_of(m, seed);
+        let mut oof = vec![vec![0.0; Candidate::ALL.len()]; m];
+        for f in 0..FOLDS.min(m) {
+            let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
+            let (tr, ty, tw) = pick(rows, y, w, &train);
+            for (c, cand) in Candidate::ALL.iter().enumerate() {
+                let lin = cand.fit(d, &tr, &ty, &tw);
+                (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
+            }
+        }
+        let beta = logistic(&oof, y, w, 1.0, 1e-6, true);
+        let mut model = Linear { w: vec![0.0; d.k], label_free: 0.0, bias: beta[Candidate::ALL.len()] };
+        let mut stack = Vec::with_capacity(Candidate::ALL.len());
+        for (c, cand) in Candidate::ALL.iter().enumerate() {
+            if beta[c] > 0.0 {
+                model.add_scaled(&cand.fit(d, rows, y, w), beta[c]);
+            }
+            stack.push((*cand, beta[c]));
+        }
+        Calibrated { model, stack }
+    }
+
+    /// The probability of class 1 for example `i`.
+    pub fn probability(&self, d: &LogOdds, i: usize) -> f64 {
+        sigmoid(self.model.score(d, i))
+    }
+
+    /// The probability of class 1 for every example.
+    pub fn probabilities(&self, d: &LogOdds) -> Vec<f64> {
+        (0..d.n).map(|i| self.probability(d, i)).collect()
+    }
+
+    /// Cross-fitted probabilities: for each labeled example, the stack fitted without its
+    /// fold; for every example, the mean of the fold fits (what PPI needs so that no
+    /// label scores a model it trained).
+    pub(crate) fn cross_fit(d: &LogOdds, sample: &Sample, seed: u64) -> (Vec<f64>, Vec<f64>) {
+        let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
+        let w = weights(sample);
+        let rows = sample.index();
+        let m = rows.len();
+        let folds = fold_of(m, seed ^ 0x9e37_79b9);
+        let mut held = vec![0.0; m];
+        let mut mean = vec![0.0; d.n];
+        let k = FOLDS.min(m);
+        for f in 0..k {
+            let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
+            let (tr, ty, tw) = pick(rows, &y, &w, &train);
+            let fit = Self::fit_rows(d, &tr, &ty, &tw, seed.wrapping_add(f as u64 + 1));
+            (0..m).filter(|&r| folds[r] == f).for_each(|r| held[r] = fit.probability(d, rows[r]));
+            mean.iter_mut().enumerate().for_each(|(i, v)| *v += fit.probability(d, i) / k as f64);
+        }
+        (held, mean)
+    }
+}
+
+/// Ridge logistic regression on the judges' log-odds fitted on the same labels (the
+/// baseline a user would try first): unit ridge, as scikit-learn's default.
+pub fn logistic_baseline(d: &LogOdds, sample: &Sample) -> Vec<f64> {
+    let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
+    let z: Vec<Vec<f64>> = sample.index().iter().map(|&i| d.row(i).to_vec()).collect();
+    let beta = logistic(&z, &y, &weights(sample), 1.0, 1e-6, false);
+    (0..d.n).map(|i| d.row(i).iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() + beta[d.k]).collect()
+}
+
+/// Fold of each of `m` rows: a seeded permutation dealt round-robin.
+fn fold_of(m: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..m).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let mut fold = vec![0; m];
+    order.iter().enumerate().for_each(|(pos, &r)| fold[r] = pos % FOLDS);
+    fold
+}
+
+fn pick(rows: &[usize], y: &[f64], w: &[f64], which: &[usize]) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+    (
+        which.iter().map(|&r| rows[r]).collect(),
+        which.iter().map(|&r| y[r]).collect(),
+        which.iter().map(|&r| w[r]).collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    /// A jury with one strong judge, two weak ones and a copy of a weak one, truth known.
+    fn jury(n: usize, seed: u64) -> (LogOdds, Vec<u8>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let acc = [0.9, 0.65, 0.6];
+        let mut x = Vec::with_capacity(n * 4);
+        let mut truth = Vec::with_capacity(n);
+        let mut lf = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = u8::from(rng.random::<f64>() < 0.4);
+            let mut votes = [0.0; 4];
+            for (k, a) in acc.iter().enumerate() {
+                let right = rng.random::<f64>() < *a;
+                votes[k] = if (t == 1) == right { 2.0 } else { -2.0 };
+            }
+            votes[3] = votes[2];
+            x.extend_from_slice(&votes);
+            lf.push(if votes.iter().sum::<f64>() > 0.0 { 0.8 } else { 0.2 });
+            truth.push(t);
+        }
+        (LogOdds::from_dense(n, 4, x, &lf).unwrap(), truth)
+    }
+
+    #[test]
+    fn recovers_the_strong_judge_from_few_labels() {
+        let (d, truth) = jury(4000, 1);
+        let index: Vec<usize> = (0..200).collect();
+        let sample = Sample::new(4000, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
+        assert_eq!(picked_judge(&d, &sample), 0);
+        let fit = Calibrated::fit(&d, &sample, 7);
+        let acc = (200..4000).filter(|&i| (fit.probability(&d, i) > 0.5) == (truth[i] == 1)).count() as f64 / 3800.0;
+        // The strong judge alone is right 90% of the time; the majority of the four far less.
+        assert!(acc >= 0.88, "{acc}");
+        assert!(fit.stack.iter().any(|(_, b)| *b > 0.0));
+        // Deterministic for a seed.
+        assert_eq!(fit, Calibrated::fit(&d, &sample, 7));
+    }
+
+    #[test]
+    fn one_feature_logistic_matches_the_closed_form_of_a_saturated_fit() {
+        // Two groups: s = -1 with 1 of 4 positive, s = 1 with 3 of 4; with a tiny ridge the
+        // fit is the group log-odds, +-ln 3.
+        let s = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0];
+        let y = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0];
+        let z: Vec<Vec<f64>> = s.iter().map(|&v| vec![v]).collect();
+        let b = logistic(&z, &y, &[1.0; 8], 1e-9, 1e-9, false);
+        assert!((b[0] - 3f64.ln()).abs() < 1e-5 && b[1].abs() < 1e-6, "{b:?}");
+        let nn = logistic(&z.iter().map(|r| vec![-r[0]]).collect::<Vec<_>>(), &y, &[1.0; 8], 1e-9, 1e-9, true);
+        assert_eq!(nn[0], 0.0);
+    }
+}

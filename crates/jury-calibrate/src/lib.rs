@@ -1,0 +1,44 @@
+//! What a few reference labels buy a jury: a calibrated combination of the judges fitted
+//! on them and on every unlabeled judgment ([`Calibrated`]), the positive rate corrected
+//! four ways with 95% intervals ([`RateEstimates`]), which examples to label
+//! ([`plan_labels`]) and a replay that measures all of it on a fully labeled jury
+//! ([`replay`]).
+//!
+//! Plain data in, typed results out, no I/O. Binary juries only (class 1 positive). A
+//! calibration sample carries each example's inclusion probability, so labels drawn by a
+//! plan (more where the jury is unsure) give unbiased rates; uniform labels are the case
+//! where every probability is equal.
+
+mod fit;
+mod linalg;
+mod plan;
+mod rates;
+mod replay;
+mod sample;
+
+pub use fit::{Calibrated, Candidate, LogOdds, logistic_baseline, picked_judge};
+pub use plan::{Planned, plan_labels, uniform_sample};
+pub use rates::{Estimator, Interval, RateEstimates};
+pub use replay::{BudgetReplay, EstimatorSummary, MethodAccuracy, ReplayMethod, ReplaySettings, Sampling, replay};
+pub use sample::Sample;
+
+/// What a calibration could not do with its input.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalibrationError {
+    #[error("calibration needs two classes; these judgments have {0}")]
+    NotBinary(usize),
+    #[error("the calibration labels hold one class only ({0} examples, all labeled {1}); both are needed")]
+    OneClass(usize, u8),
+    #[error("a budget of {budget} labels is more than the {examples} examples judged")]
+    BudgetTooLarge { budget: usize, examples: usize },
+    #[error("a budget of {0} labels: at least 2 are needed")]
+    BudgetTooSmall(usize),
+    #[error("example #{index} is out of range ({examples} examples)")]
+    OutOfRange { index: usize, examples: usize },
+    #[error("example #{0} appears twice in the calibration labels")]
+    Duplicate(usize),
+    #[error("inclusion probability {value} of example #{index} is not in (0, 1]")]
+    Inclusion { index: usize, value: f64 },
+    #[error("{0} label-free probabilities for {1} examples")]
+    Length(usize, usize),
+}

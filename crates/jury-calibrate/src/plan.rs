@@ -1,0 +1,144 @@
+//! Which examples to label: `budget` distinct examples drawn with known inclusion
+//! probabilities, half spread evenly and half in proportion to the jury's uncertainty
+//! `sqrt(p (1 - p))` (the standard deviation of a label given the label-free posterior,
+//! which is where a label corrects most: Zrnic and Candes 2024), by systematic sampling
+//! in a random order. The estimators weigh each label by its probability, so the rates
+//! stay unbiased whatever the posterior's quality; the even half bounds every weight.
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::CalibrationError;
+
+/// Share of the plan's draw probability spread evenly over the examples.
+const EVEN_SHARE: f64 = 0.5;
+
+/// One planned example and its probability of having been chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Planned {
+    pub index: usize,
+    pub inclusion: f64,
+}
+
+/// Plans `budget` labels among the examples whose label-free probabilities of class 1 are
+/// `posterior`; sorted by example.
+pub fn plan_labels(posterior: &[f64], budget: usize, seed: u64) -> Result<Vec<Planned>, CalibrationError> {
+    check_budget(budget, posterior.len())?;
+    let n = posterior.len();
+    let u: Vec<f64> = posterior.iter().map(|&p| (p.clamp(0.0, 1.0) * (1.0 - p.clamp(0.0, 1.0))).sqrt()).collect();
+    let total: f64 = u.iter().sum();
+    let q: Vec<f64> = if total > 0.0 {
+        u.iter().map(|v| EVEN_SHARE / n as f64 + (1.0 - EVEN_SHARE) * v / total).collect()
+    } else {
+        vec![1.0 / n as f64; n]
+    };
+    let pi = cap_inclusion(&q, budget);
+    Ok(systematic(&pi, seed))
+}
+
+/// `budget` examples drawn uniformly without replacement, each with inclusion
+/// `budget / N`; sorted by example.
+pub fn uniform_sample(n: usize, budget: usize, seed: u64) -> Result<Vec<Planned>, CalibrationError> {
+    check_budget(budget, n)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut idx = rand::seq::index::sample(&mut rng, n, budget).into_vec();
+    idx.sort_unstable();
+    Ok(idx.into_iter().map(|index| Planned { index, inclusion: budget as f64 / n as f64 }).collect())
+}
+
+fn check_budget(budget: usize, n: usize) -> Result<(), CalibrationError> {
+    if budget < 2 {
+        return Err(CalibrationError::BudgetTooSmall(budget));
+    }
+    if budget > n {
+        return Err(CalibrationError::BudgetTooLarge { budget, examples: n });
+    }
+    Ok(())
+}
+
+/// Inclusion probabilities `budget * q_i`, those over 1 set to 1 and the rest rescaled to
+/// keep the sum at `budget`, until none is over 1.
+fn cap_inclusion(q: &[f64], budget: usize) -> Vec<f64> {
+    let mut capped = vec![false; q.len()];
+    loop {
+        let fixed = capped.iter().filter(|&&c| c).count() as f64;
+        let free: f64 = q.iter().zip(&capped).filter(|(_, c)| !**c).map(|(v, _)| v).sum();
+        let scale = (budget as f64 - fixed) / free;
+        let pi: Vec<f64> = q.iter().zip(&capped).map(|(v, &c)| if c { 1.0 } else { v * scale }).collect();
+        let over: Vec<usize> = (0..q.len()).filter(|&i| !capped[i] && pi[i] > 1.0).collect();
+        if over.is_empty() {
+            return pi;
+        }
+        over.into_iter().for_each(|i| capped[i] = true);
+    }
+}
+
+/// Systematic sampling over a random order: exactly `sum(pi)` distinct units, unit `i`
+/// with probability `pi_i`.
+fn systematic(pi: &[f64], seed: u64) -> Vec<Planned> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut order: Vec<usize> = (0..pi.len()).collect();
+    order.shuffle(&mut rng);
+    let start: f64 = rng.random();
+    let budget = pi.iter().sum::<f64>().round() as usize;
+    let mut out = Vec::with_capacity(budget);
+    let mut cum = 0.0;
+    let mut next = start;
+    for &i in &order {
+        cum += pi[i];
+        while next < cum - 1e-12 && out.len() < budget {
+            if out.last().is_none_or(|p: &Planned| p.index != i) {
+                out.push(Planned { index: i, inclusion: pi[i].min(1.0) });
+            }
+            next += 1.0;
+        }
+    }
+    out.sort_by_key(|p| p.index);
+    out.dedup_by_key(|p| p.index);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Exactly the budget, distinct, probabilities in (0, 1] summing to the budget.
+        #[test]
+        fn plans_exactly_the_budget(post in prop::collection::vec(0.0f64..=1.0, 10..200), frac in 0.05f64..0.9, seed in 0u64..1000) {
+            let budget = ((post.len() as f64 * frac) as usize).max(2);
+            let plan = plan_labels(&post, budget, seed).unwrap();
+            prop_assert_eq!(plan.len(), budget);
+            prop_assert!(plan.windows(2).all(|w| w[0].index < w[1].index));
+            prop_assert!(plan.iter().all(|p| p.inclusion > 0.0 && p.inclusion <= 1.0));
+        }
+    }
+
+    /// The empirical inclusion frequency of each unit matches its stated probability.
+    #[test]
+    fn inclusion_probabilities_are_honest() {
+        let post: Vec<f64> = (0..40).map(|i| if i < 10 { 0.5 } else { 0.98 }).collect();
+        let budget = 8;
+        let mut counts = vec![0.0; 40];
+        let mut stated = vec![0.0; 40];
+        let trials = 20_000;
+        for s in 0..trials {
+            for p in plan_labels(&post, budget, s).unwrap() {
+                counts[p.index] += 1.0 / trials as f64;
+                stated[p.index] = p.inclusion;
+            }
+        }
+        for i in 0..40 {
+            assert!((counts[i] - stated[i]).abs() < 0.015, "unit {i}: {} vs {}", counts[i], stated[i]);
+        }
+        assert!(stated[0] > 1.5 * stated[20], "{} {}", stated[0], stated[20]);
+    }
+
+    #[test]
+    fn budgets_out_of_range_are_refused() {
+        assert_eq!(plan_labels(&[0.5; 5], 6, 0), Err(CalibrationError::BudgetTooLarge { budget: 6, examples: 5 }));
+        assert_eq!(uniform_sample(5, 1, 0), Err(CalibrationError::BudgetTooSmall(1)));
+    }
+}

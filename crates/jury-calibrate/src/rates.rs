@@ -1,0 +1,217 @@
+//! The positive-class rate of the whole jury's examples, corrected with the calibration
+//! labels four ways, each with a 95% interval:
+//! - `labels-only`: the labels' (inclusion-weighted) mean, normal interval;
+//! - `rogan-gladen`: the picked judge's positive rate over every example corrected by its
+//!   sensitivity and specificity on the labels, percentile bootstrap of the labels (the
+//!   method of judgy, the field's baseline);
+//! - `ppi-best-judge` and `ppi-jury`: prediction-powered inference with power tuning
+//!   (PPI++, Angelopoulos et al. 2023), the predictor's mean over every example plus the
+//!   labels' mean residual; the jury's predictor is the calibrated stack, cross-fitted so
+//!   no label corrects a model it trained.
+//!
+//! The rate is that of the N examples judged (a finite population); a sample drawn with
+//! unequal inclusion probabilities enters through Hansen-Hurwitz weights, so the estimates
+//! stay unbiased under a label plan. Intervals are clipped to [0, 1].
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::Sample;
+use crate::fit::{Calibrated, LogOdds, picked_judge};
+
+const Z95: f64 = 1.959_963_984_540_054;
+/// Bootstrap resamples of the Rogan-Gladen interval.
+const BOOTSTRAP: usize = 200;
+
+/// A point estimate and its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    pub estimate: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Interval {
+    fn normal(estimate: f64, se: f64) -> Self {
+        Self { estimate, low: (estimate - Z95 * se).max(0.0), high: (estimate + Z95 * se).min(1.0) }
+    }
+
+    pub fn width(&self) -> f64 {
+        self.high - self.low
+    }
+
+    pub fn covers(&self, v: f64) -> bool {
+        self.low <= v && v <= self.high
+    }
+}
+
+/// The four estimators, in the order metrics.json and the report give them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Estimator {
+    LabelsOnly,
+    RoganGladen,
+    PpiBestJudge,
+    PpiJury,
+}
+
+impl Estimator {
+    pub const ALL: [Estimator; 4] =
+        [Estimator::LabelsOnly, Estimator::RoganGladen, Estimator::PpiBestJudge, Estimator::PpiJury];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Estimator::LabelsOnly => "labels-only",
+            Estimator::RoganGladen => "rogan-gladen",
+            Estimator::PpiBestJudge => "ppi-best-judge",
+            Estimator::PpiJury => "ppi-jury",
+        }
+    }
+}
+
+/// The rate four ways, with the judge the labels picked (its index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateEstimates {
+    pub picked_judge: usize,
+    /// In [`Estimator::ALL`] order.
+    pub intervals: Vec<(Estimator, Interval)>,
+}
+
+impl RateEstimates {
+    /// Every estimator on `sample` (seeded bootstrap and folds).
+    pub fn estimate(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
+        let (held, all) = Calibrated::cross_fit(d, sample, seed);
+        Self::estimate_with(d, sample, &held, &all, seed)
+    }
+
+    /// As [`RateEstimates::estimate`], with the jury's cross-fitted probabilities given:
+    /// `held` on the labeled examples, `all` on every example.
+    pub(crate) fn estimate_with(d: &LogOdds, sample: &Sample, held: &[f64], all: &[f64], seed: u64) -> Self {
+        let e = sample.expansion();
+        let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
+        let labels_only = {
+            let t: Vec<f64> = y.iter().zip(&e).map(|(y, e)| y * e).collect();
+            let (m, v) = mean_var(&t);
+            Interval::normal(m, (v / t.len() as f64).sqrt())
+        };
+        let judge = picked_judge(d, sample);
+        let n = d.n_examples();
+        let vote = |i: usize| f64::from(u8::from(d.get(i, judge) > 0.0));
+        let prob = |i: usize| 1.0 / (1.0 + (-d.get(i, judge)).exp());
+        let positive = (0..n).map(vote).sum::<f64>() / n as f64;
+        let votes: Vec<f64> = sample.index().iter().map(|&i| vote(i)).collect();
+        let rogan_gladen = {
+            let estimate = rogan_gladen(positive, &votes, &y, &e, None);
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995);
+            let m = y.len();
+            let mut boot: Vec<f64> = (0..BOOTSTRAP)
+                .map(|_| {
+                    let draw: Vec<usize> = (0..m).map(|_| rng.random_range(0..m)).collect();
+                    rogan_gladen(positive, &votes, &y, &e, Some(&draw))
+                })
+                .collect();
+            boot.sort_by(f64::total_cmp);
+            let q = |p: f64| boot[((p * (BOOTSTRAP - 1) as f64).round() as usize).min(BOOTSTRAP - 1)];
+            Interval { estimate, low: q(0.025).min(estimate), high: q(0.975).max(estimate) }
+        };
+        let judge_held: Vec<f64> = sample.index().iter().map(|&i| prob(i)).collect();
+        let judge_mean = (0..n).map(prob).sum::<f64>() / n as f64;
+        let ppi_judge = ppi(&y, &judge_held, judge_mean, &e, n);
+        let jury_mean = all.iter().sum::<f64>() / n as f64;
+        let ppi_jury = ppi(&y, held, jury_mean, &e, n);
+        RateEstimates {
+            picked_judge: judge,
+            intervals: vec![
+                (Estimator::LabelsOnly, labels_only),
+                (Estimator::RoganGladen, rogan_gladen),
+                (Estimator::PpiBestJudge, ppi_judge),
+                (Estimator::PpiJury, ppi_jury),
+            ],
+        }
+    }
+
+    pub fn get(&self, e: Estimator) -> Interval {
+        self.intervals.iter().find(|(k, _)| *k == e).map(|(_, i)| *i).unwrap_or(Interval {
+            estimate: f64::NAN,
+            low: f64::NAN,
+            high: f64::NAN,
+        })
+    }
+}
+
+/// Mean and sample variance (n - 1).
+fn mean_var(t: &[f64]) -> (f64, f64) {
+    let m = t.iter().sum::<f64>() / t.len() as f64;
+    let v = t.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (t.len() as f64 - 1.0).max(1.0);
+    (m, v)
+}
+
+/// The Rogan-Gladen corrected rate from the judge's positive rate over every example and
+/// its weighted sensitivity and specificity on the labels (or on the resample `draw`);
+/// the apparent rate when the judge is no better than chance on them.
+fn rogan_gladen(positive: f64, votes: &[f64], y: &[f64], e: &[f64], draw: Option<&[usize]>) -> f64 {
+    let (mut tp, mut p, mut tn, mut q) = (0.0, 0.0, 0.0, 0.0);
+    let mut add = |r: usize| {
+        if y[r] > 0.5 {
+            p += e[r];
+            tp += e[r] * votes[r];
+        } else {
+            q += e[r];
+            tn += e[r] * (1.0 - votes[r]);
+        }
+    };
+    match draw {
+        Some(d) => d.iter().for_each(|&r| add(r)),
+        None => (0..y.len()).for_each(&mut add),
+    }
+    let sens = if p > 0.0 { tp / p } else { 0.5 };
+    let spec = if q > 0.0 { tn / q } else { 0.5 };
+    let j = sens + spec - 1.0;
+    if j <= 1e-9 { positive } else { ((positive + spec - 1.0) / j).clamp(0.0, 1.0) }
+}
+
+/// PPI++: `lambda * mean(f over all) + mean over labels of (y - lambda f) * e`, with the
+/// power-tuned `lambda = cov(y, f) / ((1 + n / N) var(f))` clipped to [0, 1].
+fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], big_n: usize) -> Interval {
+    let m = y.len() as f64;
+    let (my, mf) = (y.iter().sum::<f64>() / m, f.iter().sum::<f64>() / m);
+    let cov = y.iter().zip(f).map(|(a, b)| (a - my) * (b - mf)).sum::<f64>() / (m - 1.0);
+    let var = f.iter().map(|b| (b - mf).powi(2)).sum::<f64>() / (m - 1.0);
+    let lambda = if var > 1e-12 { (cov / ((1.0 + m / big_n as f64) * var)).clamp(0.0, 1.0) } else { 0.0 };
+    let r: Vec<f64> = y.iter().zip(f).zip(e).map(|((y, f), e)| (y - lambda * f) * e).collect();
+    let (mr, vr) = mean_var(&r);
+    Interval::normal(lambda * f_mean_all + mr, (vr / m).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rogan_gladen_inverts_a_known_judge() {
+        // A judge with sensitivity 0.8 and specificity 0.9 on the labels, apparent rate
+        // 0.8 * 0.3 + 0.1 * 0.7 = 0.31: the corrected rate is 0.3.
+        let mut votes = vec![];
+        let mut y = vec![];
+        for k in 0..10 {
+            y.push(1.0);
+            votes.push(if k < 8 { 1.0 } else { 0.0 });
+        }
+        for k in 0..10 {
+            y.push(0.0);
+            votes.push(if k < 1 { 1.0 } else { 0.0 });
+        }
+        let r = rogan_gladen(0.31, &votes, &y, &[1.0; 20], None);
+        assert!((r - 0.3).abs() < 1e-12, "{r}");
+    }
+
+    #[test]
+    fn ppi_with_a_perfect_predictor_has_no_width_and_with_noise_falls_back_to_labels() {
+        let y = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0];
+        let i = ppi(&y, &y, 0.4, &[1.0; 8], 1000);
+        // lambda is 1 / (1 + n / N), just under 1: a sliver of the residual remains.
+        assert!((i.estimate - 0.4).abs() < 0.01 && i.width() < 0.01, "{i:?}");
+        let flat = ppi(&y, &[0.5; 8], 0.5, &[1.0; 8], 1000);
+        assert!((flat.estimate - 0.5).abs() < 1e-12);
+        assert!(flat.width() > 0.5);
+    }
+}

@@ -1,0 +1,186 @@
+//! Calibration labels in a study: the calibrated method (jury-calibrate's stack over the
+//! label-free recommended method and the judges) added as `calibrated` and recommended,
+//! the rate corrected four ways, the reference labels of calibration examples left out
+//! of scoring; and the two commands built on the same pieces, the label plan and the
+//! replay (calibration.json, `jury_io::CalibrationReplay`).
+
+use jury_calibrate::{
+    Calibrated, Candidate, LogOdds, RateEstimates, ReplaySettings, Sample, picked_judge, plan_labels, replay,
+};
+use jury_core::{Judgments, Labels};
+use jury_io::{
+    CalibrationLabels, CalibrationMetrics, CalibrationReplay, Named, RateInterval, ReplayAccuracy, ReplayBudget,
+    ReplayCoverage, ReplayJury,
+};
+
+use crate::{MethodRun, Settings, StudyError};
+
+/// The calibrated method's name in metrics.json, predictions.csv and the report.
+pub(crate) const METHOD: &str = "calibrated";
+
+/// `labels` without the examples of the calibration set (scoring never reads a label
+/// that fitted), and how many were dropped.
+pub fn scoring_labels(labels: &Labels, calibration: &CalibrationLabels) -> (Labels, usize) {
+    let mut kept = labels.as_slice().to_vec();
+    let mut dropped = 0;
+    for &i in &calibration.index {
+        if kept.get(i).is_some_and(Option::is_some) {
+            kept[i] = None;
+            dropped += 1;
+        }
+    }
+    (Labels::new(labels.n_classes(), kept).expect("the same labels, fewer of them"), dropped)
+}
+
+impl Settings {
+    /// The label-free method `recommended` stands for and its probabilities of class 1.
+    fn label_free(&self, j: &Judgments) -> Result<(&'static str, Vec<f64>, Vec<u8>), StudyError> {
+        let rec = self.recommend(j)?;
+        let aggregator = self.aggregator(rec.method).ok_or(StudyError::Option {
+            flag: "--calibration",
+            reason: "the recommended method has no label-free aggregator".into(),
+        })?;
+        let a = aggregator.aggregate(j)?;
+        let p1 = a.posteriors().rows().map(|r| r[1]).collect();
+        let hard = a.labels().iter().map(|&l| l as u8).collect();
+        Ok((aggregator.name(), p1, hard))
+    }
+}
+
+fn calibration_error(e: jury_calibrate::CalibrationError) -> StudyError {
+    StudyError::Option { flag: "--calibration", reason: e.to_string() }
+}
+
+/// Fits the calibrated method on `calibration` and corrects the rate; returns the method's
+/// run and metrics.json's `calibration` record (`n_scored` and `n_scoring_dropped` as
+/// given).
+pub(crate) fn calibrate(
+    j: &Judgments,
+    calibration: &CalibrationLabels,
+    settings: &Settings,
+    n_scored: usize,
+    n_scoring_dropped: usize,
+) -> Result<(MethodRun, CalibrationMetrics), StudyError> {
+    let start = std::time::Instant::now();
+    let (method, p1, _) = settings.label_free(j)?;
+    let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
+    let sample = Sample::new(
+        j.n_examples(),
+        calibration.index.clone(),
+        calibration.labels.clone(),
+        calibration.inclusion.clone(),
+    )
+    .map_err(calibration_error)?;
+    let fit = Calibrated::fit(&d, &sample, settings.seed);
+    let aggregation = jury_aggregate::Aggregation::calibrated(&fit.probabilities(&d), sample.len())?;
+    let rates = RateEstimates::estimate(&d, &sample, settings.seed);
+    let metrics = CalibrationMetrics {
+        n_calibration: sample.len(),
+        n_scored,
+        n_scoring_dropped,
+        sampling: if calibration.inclusion.is_some() { "planned" } else { "uniform" }.to_owned(),
+        label_free_method: method.to_owned(),
+        picked_judge: j.judge_names()[picked_judge(&d, &sample)].clone(),
+        stack: Named(fit.stack.iter().map(|(c, w)| (Candidate::name(*c).to_owned(), *w)).collect()),
+        rates: Named(
+            rates
+                .intervals
+                .iter()
+                .map(|(e, i)| (e.name().to_owned(), RateInterval { estimate: i.estimate, low: i.low, high: i.high }))
+                .collect(),
+        ),
+    };
+    let run = MethodRun { name: METHOD, aggregation, seconds: start.elapsed().as_secs_f64() };
+    Ok((run, metrics))
+}
+
+/// `budget` examples to label, with their inclusion probabilities: example id and
+/// probability, in the judgments' order.
+pub fn label_plan(
+    j: &Judgments,
+    settings: &Settings,
+    budget: usize,
+    seed: u64,
+) -> Result<Vec<(String, f64)>, StudyError> {
+    let (_, p1, _) = settings.label_free(j)?;
+    let plan = plan_labels(&p1, budget, seed).map_err(calibration_error)?;
+    Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
+}
+
+/// Replays calibration sets of each budget drawn from `labels` (every example of `j` must
+/// have one), uniformly and by plan.
+pub fn calibration_replay(
+    j: &Judgments,
+    labels: &Labels,
+    settings: &Settings,
+    budgets: &[usize],
+    trials: usize,
+    seed: u64,
+) -> Result<CalibrationReplay, StudyError> {
+    let truth: Vec<u8> = (0..j.n_examples())
+        .map(|n| {
+            labels.get(n).map(|l| l as u8).ok_or_else(|| StudyError::Option {
+                flag: "--labels",
+                reason: format!(
+                    "has no label for example `{}`: a replay needs every example labeled",
+                    j.example_ids()[n]
+                ),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let (method, p1, hard) = settings.label_free(j)?;
+    let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
+    let r = replay(&d, &hard, &truth, &ReplaySettings { budgets: budgets.to_vec(), trials, seed })
+        .map_err(calibration_error)?;
+    let true_rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / truth.len() as f64;
+    Ok(CalibrationReplay {
+        budgets: r
+            .into_iter()
+            .map(|b| ReplayBudget {
+                budget: b.budget,
+                sampling: b.sampling.name().to_owned(),
+                trials: b.trials,
+                redrawn: b.redrawn,
+                methods: Named(
+                    b.methods
+                        .iter()
+                        .map(|(m, a)| {
+                            (m.name().to_owned(), ReplayAccuracy { mean_accuracy: a.mean, p10_accuracy: a.p10 })
+                        })
+                        .collect(),
+                ),
+                estimators: Named(
+                    b.estimators
+                        .iter()
+                        .map(|(e, s)| {
+                            (e.name().to_owned(), ReplayCoverage { coverage: s.coverage, mean_width: s.mean_width })
+                        })
+                        .collect(),
+                ),
+            })
+            .collect(),
+        jury: ReplayJury {
+            n_examples: j.n_examples(),
+            n_judges: j.n_judges(),
+            recommended_method: method.to_owned(),
+            true_rate,
+            seed,
+        },
+    })
+}
+
+/// calibration.json as two terminal tables per budget and sampling.
+pub fn calibration_table(r: &CalibrationReplay) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for b in &r.budgets {
+        let _ = writeln!(s, "budget {} ({}, {} trials)", b.budget, b.sampling, b.trials);
+        for (m, a) in &b.methods.0 {
+            let _ = writeln!(s, "  {m:<16} accuracy {:.4}  p10 {:.4}", a.mean_accuracy, a.p10_accuracy);
+        }
+        for (e, c) in &b.estimators.0 {
+            let _ = writeln!(s, "  {e:<16} coverage {:.3}  width {:.4}", c.coverage, c.mean_width);
+        }
+    }
+    s
+}

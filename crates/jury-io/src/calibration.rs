@@ -1,0 +1,109 @@
+//! The records of calibration with labels: calibration.json (`jury simulate calibration`,
+//! a replay other tools read, so its shape is a contract) and the `calibration` section of
+//! metrics.json (`jury aggregate --calibration`). Writers and the report share these types.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{IoError, Named, layout, write_atomic};
+
+/// calibration.json: per budget and sampling, each method's accuracy outside the
+/// calibration set and each estimator's coverage of the true rate. Accuracies and rates
+/// are fractions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationReplay {
+    pub budgets: Vec<ReplayBudget>,
+    /// The jury replayed.
+    pub jury: ReplayJury,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayJury {
+    pub n_examples: usize,
+    pub n_judges: usize,
+    /// The label-free method `recommended` stood for (the `recommended` row).
+    pub recommended_method: String,
+    /// The positive rate of all labels, which the intervals should cover.
+    pub true_rate: f64,
+    pub seed: u64,
+}
+
+/// One budget and one way of drawing the calibration sets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayBudget {
+    pub budget: usize,
+    /// `uniform` or `planned` (drawn as `jury label-plan` draws).
+    pub sampling: String,
+    pub trials: usize,
+    /// Draws that held one class only and were drawn again.
+    #[serde(default)]
+    pub redrawn: usize,
+    /// `calibrated`, `recommended`, `picked-judge`, `logistic`.
+    pub methods: Named<ReplayAccuracy>,
+    /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
+    pub estimators: Named<ReplayCoverage>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReplayAccuracy {
+    pub mean_accuracy: f64,
+    /// The 10th percentile over the trials.
+    pub p10_accuracy: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReplayCoverage {
+    pub coverage: f64,
+    pub mean_width: f64,
+}
+
+impl CalibrationReplay {
+    /// Writes calibration.json into `dir`, atomically.
+    pub fn write(&self, dir: &Path) -> Result<(), IoError> {
+        let path = dir.join(layout::CALIBRATION_REPLAY);
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| IoError::Write { path: path.clone(), source: std::io::Error::other(e) })?;
+        write_atomic(&path, text.as_bytes())
+    }
+
+    /// Reads `dir`'s calibration.json.
+    pub fn read(dir: &Path) -> Result<Self, IoError> {
+        let path = dir.join(layout::CALIBRATION_REPLAY);
+        let text = crate::read_input_to_string(&path)
+            .map_err(|e| IoError::Read { path: path.clone(), source: Box::new(e) })?;
+        serde_json::from_str(&text).map_err(|e| IoError::Read { path, source: Box::new(e) })
+    }
+}
+
+/// metrics.json's `calibration`: what the calibration labels were used for and the rate
+/// they correct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationMetrics {
+    /// Labels that fitted the calibrated method and corrected the rate.
+    pub n_calibration: usize,
+    /// Reference labels outside the calibration set, the only ones every accuracy was
+    /// scored on (0 without `--labels`).
+    pub n_scored: usize,
+    /// Reference labels dropped from scoring because the calibration set holds them.
+    pub n_scoring_dropped: usize,
+    /// `uniform`, or `planned` when the labels came with inclusion probabilities.
+    pub sampling: String,
+    /// The label-free method the calibrated one starts from.
+    pub label_free_method: String,
+    /// The judge the calibration labels pick (most accurate on them).
+    pub picked_judge: String,
+    /// Each model's weight in the calibrated stack.
+    pub stack: Named<f64>,
+    /// The positive-class rate (the win rate of a pairwise set) four ways:
+    /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
+    pub rates: Named<RateInterval>,
+}
+
+/// A rate and its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateInterval {
+    pub estimate: f64,
+    pub low: f64,
+    pub high: f64,
+}

@@ -1,0 +1,201 @@
+//! Calibration labels end to end on a simulated jury: a label plan, the planned examples
+//! labeled from the truth, `jury aggregate --calibration` recommending the calibrated
+//! method with corrected rates and scoring only outside the calibration set, the replay,
+//! and bad calibration files refused with one line naming the file and line, nothing
+//! written.
+
+use std::fs;
+use std::path::Path;
+
+use crate::common::jury;
+use serde_json::Value;
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn simulated(dir: &Path) {
+    let out = jury(&["simulate", "--examples", "1500", "--seed", "3", "--out", s(dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The truth of each example of the simulated jury, by id.
+fn truth(dir: &Path) -> std::collections::HashMap<String, String> {
+    fs::read_to_string(dir.join("labels.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (id, label) = l.split_once(',').unwrap();
+            (id.to_owned(), label.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    simulated(d);
+    let plan = d.join("plan.csv");
+    let out = jury(&[
+        "label-plan",
+        "--judgments",
+        s(&d.join("judgments.csv")),
+        "--budget",
+        "120",
+        "--seed",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = fs::read_to_string(&plan).unwrap();
+    assert_eq!(text.lines().next(), Some("example_id,inclusion_probability"));
+    assert_eq!(text.lines().count(), 121);
+    // The user labels the planned examples.
+    let t = truth(d);
+    let mut labeled = String::from("example_id,inclusion_probability,label\n");
+    for l in text.lines().skip(1) {
+        let (id, p) = l.split_once(',').unwrap();
+        labeled.push_str(&format!("{id},{p},{}\n", t[id]));
+    }
+    let cal = d.join("calibration.csv");
+    fs::write(&cal, labeled).unwrap();
+    let out_dir = d.join("out");
+    let out = jury(&[
+        "aggregate",
+        "--judgments",
+        s(&d.join("judgments.csv")),
+        "--labels",
+        s(&d.join("labels.csv")),
+        "--calibration",
+        s(&cal),
+        "--methods",
+        "recommended,mv",
+        "--out",
+        s(&out_dir),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(m["recommended_method"], "calibrated");
+    let c = &m["calibration"];
+    assert_eq!(c["n_calibration"], 120);
+    assert_eq!(c["sampling"], "planned");
+    assert_eq!(c["n_scoring_dropped"], 120);
+    assert_eq!(c["n_scored"], 1380);
+    assert_eq!(m["n_labeled"], 1380);
+    // Every estimator's interval holds its estimate, and the jury's PPI interval covers
+    // the true rate of this jury.
+    let rate = t.values().filter(|v| *v == "1").count() as f64 / t.len() as f64;
+    for e in ["labels-only", "rogan-gladen", "ppi-best-judge", "ppi-jury"] {
+        let r = &c["rates"][e];
+        let (lo, est, hi) = (r["low"].as_f64().unwrap(), r["estimate"].as_f64().unwrap(), r["high"].as_f64().unwrap());
+        assert!(lo <= est && est <= hi && hi - lo < 0.3, "{e}: {r}");
+    }
+    let ppi = &c["rates"]["ppi-jury"];
+    assert!(ppi["low"].as_f64().unwrap() <= rate && rate <= ppi["high"].as_f64().unwrap(), "{ppi} vs {rate}");
+    let cal_acc = m["methods"]["calibrated"]["accuracy"].as_f64().unwrap();
+    let mv_acc = m["methods"]["mv"]["accuracy"].as_f64().unwrap();
+    assert!(cal_acc >= mv_acc - 0.01, "calibrated {cal_acc} vs mv {mv_acc}");
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    assert!(predictions.lines().next().unwrap().contains("calibrated_p"));
+    let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(report.contains("Positive rate corrected with the calibration labels"));
+}
+
+#[test]
+fn replay_writes_calibration_json_in_its_contract_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    simulated(d);
+    let out_dir = d.join("replay");
+    let (judgments, labels) = (d.join("judgments.csv"), d.join("labels.csv"));
+    let args = [
+        "simulate",
+        "calibration",
+        "--judgments",
+        s(&judgments),
+        "--labels",
+        s(&labels),
+        "--budget",
+        "50,100",
+        "--trials",
+        "20",
+        "--out",
+        s(&out_dir),
+    ];
+    let out = jury(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = fs::read_to_string(out_dir.join("calibration.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let budgets = r["budgets"].as_array().unwrap();
+    assert_eq!(budgets.len(), 4);
+    for b in budgets {
+        assert!(b["budget"] == 50 || b["budget"] == 100);
+        assert!(b["sampling"] == "uniform" || b["sampling"] == "planned");
+        assert_eq!(b["trials"], 20);
+        for m in ["calibrated", "recommended", "picked-judge", "logistic"] {
+            let a = b["methods"][m]["mean_accuracy"].as_f64().unwrap();
+            assert!((0.5..=1.0).contains(&a), "{m}: {a}");
+            assert!(b["methods"][m]["p10_accuracy"].as_f64().unwrap() <= a);
+        }
+        for e in ["labels-only", "rogan-gladen", "ppi-best-judge", "ppi-jury"] {
+            let c = b["estimators"][e]["coverage"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&c));
+            assert!(b["estimators"][e]["mean_width"].as_f64().unwrap() > 0.0);
+        }
+    }
+    // The same seed writes the same file.
+    let again = jury(&[&args[..], &["--force"]].concat());
+    assert!(again.status.success());
+    assert_eq!(fs::read_to_string(out_dir.join("calibration.json")).unwrap(), text);
+}
+
+#[test]
+fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    simulated(d);
+    let t = truth(d);
+    let mut ids: Vec<&String> = t.keys().collect();
+    ids.sort();
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("unknown", format!("example_id,label\n{},1\nnot-an-example,0\n", ids[0]), "line 3"),
+        ("not-binary", format!("example_id,label\n{},1\n{},2\n", ids[0], ids[1]), "line 3"),
+        ("one-class", format!("example_id,label\n{},1\n{},1\n{},1\n", ids[0], ids[1], ids[2]), "one class"),
+        (
+            "bad-inclusion",
+            format!("example_id,label,inclusion_probability\n{},1,0.5\n{},0,1.5\n", ids[0], ids[1]),
+            "line 3",
+        ),
+    ];
+    for (name, body, says) in cases {
+        let file = d.join(format!("{name}.csv"));
+        fs::write(&file, body).unwrap();
+        let out_dir = d.join(format!("out-{name}"));
+        let out = jury(&[
+            "aggregate",
+            "--judgments",
+            s(&d.join("judgments.csv")),
+            "--calibration",
+            s(&file),
+            "--out",
+            s(&out_dir),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+        if says.starts_with("line") {
+            assert!(err.contains(&format!("{name}.csv")), "{name}: {err}");
+        }
+        assert!(!out_dir.exists(), "{name}: wrote {}", out_dir.display());
+    }
+    // A budget larger than the data.
+    let plan = d.join("plan.csv");
+    let out = jury(&["label-plan", "--judgments", s(&d.join("judgments.csv")), "--budget", "5000", "--out", s(&plan)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("more than the 1500 examples"), "{err}");
+    assert!(!plan.exists());
+}
