@@ -120,6 +120,13 @@ impl LogOdds {
         self.label_free.iter().map(|&z| sigmoid(z)).collect()
     }
 
+    /// The judges' mean probability of class 1 for every example (a missing judgment
+    /// counts as one half): AverageProb's posterior, far less sure of itself than a model
+    /// that multiplies the judges' evidence.
+    pub fn mean_judge_probabilities(&self) -> Vec<f64> {
+        (0..self.n).map(|i| self.row(i).iter().map(|&x| sigmoid(x)).sum::<f64>() / self.k.max(1) as f64).collect()
+    }
+
     /// Judge `k`'s log-odds on example `i`.
     pub fn get(&self, i: usize, k: usize) -> f64 {
         self.x[i * self.k + k]
@@ -311,23 +318,20 @@ fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], l2: f64, l2_bias: f64, non_neg
                 h[a * d + a] += r;
             }
             let step = solve_spd(&h, &g);
+            // Damped step: halve until the objective does not rise.
             let mut c = 1.0;
-            let mut next: Vec<f64>;
-            loop {
-                next = beta.iter().zip(&step).map(|(b, s)| b - c * s).collect();
-                let fn_ = objective(&next);
-                if fn_ <= f + 1e-12 || c < 1e-6 {
-                    let done = f - fn_ < 1e-10;
-                    beta = next;
-                    f = fn_;
-                    if done {
-                        break;
-                    }
-                    break;
+            let (next, f_next) = loop {
+                let next: Vec<f64> = beta.iter().zip(&step).map(|(b, s)| b - c * s).collect();
+                let f_next = objective(&next);
+                if f_next <= f + 1e-12 || c < 1e-6 {
+                    break (next, f_next);
                 }
                 c /= 2.0;
-            }
-            if step.iter().map(|s| (c * s).abs()).fold(0.0, f64::max) < 1e-9 {
+            };
+            let settled = f - f_next < 1e-10 || step.iter().map(|s| (c * s).abs()).fold(0.0, f64::max) < 1e-9;
+            beta = next;
+            f = f_next;
+            if settled {
                 break;
             }
         }
@@ -393,28 +397,6 @@ impl Calibrated {
     /// The probability of class 1 for every example.
     pub fn probabilities(&self, d: &LogOdds) -> Vec<f64> {
         (0..d.n).map(|i| self.probability(d, i)).collect()
-    }
-
-    /// Cross-fitted probabilities: for each labeled example, the stack fitted without its
-    /// fold; for every example, the mean of the fold fits (what PPI needs so that no
-    /// label scores a model it trained).
-    pub(crate) fn cross_fit(d: &LogOdds, sample: &Sample, seed: u64) -> (Vec<f64>, Vec<f64>) {
-        let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
-        let w = weights(sample);
-        let rows = sample.index();
-        let m = rows.len();
-        let folds = fold_of(m, seed ^ 0x9e37_79b9);
-        let mut held = vec![0.0; m];
-        let mut mean = vec![0.0; d.n];
-        let k = FOLDS.min(m);
-        for f in 0..k {
-            let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
-            let (tr, ty, tw) = pick(rows, &y, &w, &train);
-            let fit = Self::fit_rows(d, &tr, &ty, &tw, seed.wrapping_add(f as u64 + 1));
-            (0..m).filter(|&r| folds[r] == f).for_each(|r| held[r] = fit.probability(d, rows[r]));
-            mean.iter_mut().enumerate().for_each(|(i, v)| *v += fit.probability(d, i) / k as f64);
-        }
-        (held, mean)
     }
 }
 

@@ -1,9 +1,13 @@
 //! Which examples to label: `budget` distinct examples drawn with known inclusion
-//! probabilities, half spread evenly and half in proportion to the jury's uncertainty
-//! `sqrt(p (1 - p))` (the standard deviation of a label given the label-free posterior,
-//! which is where a label corrects most: Zrnic and Candes 2024), by systematic sampling
-//! in a random order. The estimators weigh each label by its probability, so the rates
-//! stay unbiased whatever the posterior's quality; the even half bounds every weight.
+//! probabilities, half spread evenly and half in proportion to `sqrt(p (1 - p))`, the
+//! standard deviation of a label whose probability is `p` (where a label corrects most:
+//! Zrnic and Candes 2024), by systematic sampling in a random order. Callers pass the
+//! judges' mean probability as `p`, not a model's posterior: Dawid-Skene and CARE put most
+//! examples near 0 or 1, which left the uncertain half of a plan on few examples (the jury's
+//! interval was 0.97-1.24 of its width under uniform labels; with the judges' mean,
+//! 0.97-1.04 on the juries it was chosen on, docs/reproduction.md). The estimators weigh each
+//! label by its probability, so the rates stay unbiased whatever `p` is; the even half
+//! bounds every weight.
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -21,8 +25,8 @@ pub struct Planned {
     pub inclusion: f64,
 }
 
-/// Plans `budget` labels among the examples whose label-free probabilities of class 1 are
-/// `posterior`; sorted by example.
+/// Plans `budget` labels among examples whose probabilities of class 1 are `posterior`;
+/// sorted by example.
 pub fn plan_labels(posterior: &[f64], budget: usize, seed: u64) -> Result<Vec<Planned>, CalibrationError> {
     check_budget(budget, posterior.len())?;
     let n = posterior.len();

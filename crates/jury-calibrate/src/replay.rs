@@ -98,7 +98,7 @@ pub fn replay(
         return Err(CalibrationError::Length(truth.len().min(recommended.len()), n));
     }
     let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
-    let posterior = d.label_free_probabilities();
+    let posterior = d.mean_judge_probabilities();
     let mut out = Vec::new();
     for &budget in &settings.budgets {
         for sampling in [Sampling::Uniform, Sampling::Planned] {

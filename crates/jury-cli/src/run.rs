@@ -69,7 +69,8 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
 pub(crate) fn run((exp, settings): (Experiment, Settings)) -> Result<()> {
     // Contexts the run derives itself are staged with the rest; aggregation reads them there.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
-    let mut aggregation = StudyAggregation { settings, own_contexts };
+    let calibration = exp.calibration.as_ref().map(|c| c.labels.clone());
+    let mut aggregation = StudyAggregation { settings, own_contexts, calibration, scoring: None };
     jury_runner::run_experiment(
         &exp,
         &mut aggregation,
@@ -117,6 +118,10 @@ struct StudyAggregation {
     settings: Settings,
     /// Whether the contexts file is the one the run writes (`prepare` named it).
     own_contexts: bool,
+    /// The `calibration:` labels file.
+    calibration: Option<std::path::PathBuf>,
+    /// The labels accuracies were scored on when calibration labels left some out.
+    scoring: Option<jury_core::Labels>,
 }
 
 fn stage_error(e: anyhow::Error) -> RunError {
@@ -136,8 +141,24 @@ impl jury_runner::Aggregation for StudyAggregation {
         if let Some(contexts) = staged {
             self.settings.read_contexts_from(contexts.to_owned());
         }
-        let study = jury_combine::run(&run.judgments, Some(&run.labels), &self.settings, &aggregate::print_note)
-            .map_err(|e| stage_error(e.into()))?;
+        let calibration = match &self.calibration {
+            Some(path) => Some(jury_io::read_calibration(path, &run.judgments).map_err(|e| stage_error(e.into()))?),
+            None => None,
+        };
+        let dropped = calibration.as_ref().map(|c| {
+            let (kept, dropped) = jury_combine::scoring_labels(&run.labels, c);
+            self.scoring = Some(kept);
+            dropped
+        });
+        let labels = self.scoring.as_ref().unwrap_or(&run.labels);
+        let study = jury_combine::run_calibrated(
+            &run.judgments,
+            Some(labels),
+            calibration.as_ref().zip(dropped),
+            &self.settings,
+            &aggregate::print_note,
+        )
+        .map_err(|e| stage_error(e.into()))?;
         aggregate::write(&study, staging, out).map_err(stage_error)?;
         println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
         let exact = run.exact_shares();
@@ -151,6 +172,7 @@ impl jury_runner::Aggregation for StudyAggregation {
         // The page shows the hardest examples with their fields, as jury-v1's contexts join them.
         let texts: HashMap<String, String> =
             run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
-        crate::report::write(staging, &run.judgments, Some(&run.labels), Some(&texts)).map_err(stage_error)
+        let labels = self.scoring.as_ref().unwrap_or(&run.labels);
+        crate::report::write(staging, &run.judgments, Some(labels), Some(&texts)).map_err(stage_error)
     }
 }

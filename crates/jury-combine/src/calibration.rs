@@ -95,7 +95,8 @@ pub(crate) fn calibrate(
 }
 
 /// `budget` examples to label, with their inclusion probabilities: example id and
-/// probability, in the judgments' order.
+/// probability, in the judgments' order. The uncertainty the plan follows is the judges'
+/// mean probability's, as the replay's planned draws use it.
 pub fn label_plan(
     j: &Judgments,
     settings: &Settings,
@@ -103,7 +104,8 @@ pub fn label_plan(
     seed: u64,
 ) -> Result<Vec<(String, f64)>, StudyError> {
     let (_, p1, _) = settings.label_free(j)?;
-    let plan = plan_labels(&p1, budget, seed).map_err(calibration_error)?;
+    let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
+    let plan = plan_labels(&d.mean_judge_probabilities(), budget, seed).map_err(calibration_error)?;
     Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
 }
 

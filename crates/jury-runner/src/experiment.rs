@@ -43,11 +43,24 @@ pub struct Experiment<A> {
     /// other example asks judges one by one until its verdict is settled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<Adaptive>,
+    /// Calibration labels for some examples (`labels: FILE`, as `jury aggregate
+    /// --calibration` reads it): the calibrated method is fitted on them and recommended,
+    /// the rate corrected, and accuracies scored only outside them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationConfig>,
     pub output: PathBuf,
     /// Replace an output directory that holds another experiment's output or files jury
     /// did not write (`jury run --force`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overwrite: bool,
+}
+
+/// A run's `calibration:` section.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationConfig {
+    /// example_id, label (and a label plan's inclusion_probability).
+    pub labels: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -343,6 +356,9 @@ impl<A> Experiment<A> {
             return Err(invalid(
                 "runtime: `prefix_cache: true` needs `max_concurrency: 1` (mistral.rs 0.8.1 crashes batching cached prefixes); set one of them".into(),
             ));
+        }
+        if let Some(c) = self.calibration.as_ref().filter(|c| !c.labels.is_file()) {
+            return Err(invalid(format!("calibration: `labels` {} is not a file", c.labels.display())));
         }
         if self.dataset.limit == Some(0) {
             return Err(invalid("dataset: `limit` must be at least 1 (leave it out for every example)".into()));

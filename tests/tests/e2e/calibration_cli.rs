@@ -91,7 +91,7 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     for e in ["labels-only", "rogan-gladen", "ppi-best-judge", "ppi-jury"] {
         let r = &c["rates"][e];
         let (lo, est, hi) = (r["low"].as_f64().unwrap(), r["estimate"].as_f64().unwrap(), r["high"].as_f64().unwrap());
-        assert!(lo <= est && est <= hi && hi - lo < 0.3, "{e}: {r}");
+        assert!(lo <= est && est <= hi && hi - lo < 0.4, "{e}: {r}");
     }
     let ppi = &c["rates"]["ppi-jury"];
     assert!(ppi["low"].as_f64().unwrap() <= rate && rate <= ppi["high"].as_f64().unwrap(), "{ppi} vs {rate}");

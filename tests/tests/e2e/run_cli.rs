@@ -675,3 +675,40 @@ fn simulate_adaptive_output_reads_back() {
     let again = jury(&["report", fine.to_str().unwrap()]);
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
 }
+
+/// A run's `calibration: {labels: FILE}`: a real judge's run, then the same run (from its
+/// cache) with labels for some of its examples, recommends the calibrated method and
+/// scores only outside them; a missing calibration file stops the run before any model
+/// loads.
+#[test]
+fn run_with_calibration_labels_recommends_the_calibrated_method() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 16);
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let labels = lines(&dir.path().join("out/labels.csv"));
+    let (ones, zeros): (Vec<&String>, Vec<&String>) = labels[1..].iter().partition(|l| l.ends_with(",1"));
+    let chosen: Vec<&String> = ones.iter().take(3).chain(zeros.iter().take(3)).copied().collect();
+    assert_eq!(chosen.len(), 6, "{labels:?}");
+    let cal = dir.path().join("calibration.csv");
+    fs::write(
+        &cal,
+        format!("example_id,label\n{}\n", chosen.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")),
+    )
+    .unwrap();
+    let yaml = fs::read_to_string(&cfg).unwrap();
+    fs::write(&cfg, format!("{yaml}calibration: {{labels: {}}}\n", cal.display())).unwrap();
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("out/metrics.json")).unwrap()).unwrap();
+    assert_eq!(m["recommended_method"], "calibrated");
+    assert_eq!(m["calibration"]["n_calibration"], 6);
+    assert_eq!(m["calibration"]["n_scoring_dropped"], 6);
+    assert_eq!(m["n_labeled"], 10);
+    assert_eq!(judge_manifest(dir.path())["from_cache"], 16);
+    fs::write(&cfg, format!("{yaml}calibration: {{labels: {}}}\n", dir.path().join("nowhere.csv").display())).unwrap();
+    let out = jury(&["run", cfg.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("calibration: `labels`") && err.contains("nowhere.csv"), "{err}");
+    assert!(!err.contains("judge smollm2"), "stopped before judging: {err}");
+}
