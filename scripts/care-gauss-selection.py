@@ -10,7 +10,7 @@ FairEval, LLMEval2) are reported, not used.
 
 ROOT: the folder `scripts/reproduce-crowd-table` writes (default
 out/reproduce-crowd-table). JURY: the jury program (default
-$CARGO_TARGET_DIR/debug/jury-e2e, which that script builds).
+$CARGO_TARGET_DIR/debug/jury, which that script builds).
 
 Stage 1, CARE's gamma: `jury aggregate --methods care --care-gamma G` for each G of the
 grid (written under ROOT/care-gamma/G). Stage 2, the Gaussian refinement: from the
@@ -31,7 +31,7 @@ import numpy as np
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else "out/reproduce-crowd-table"
 JURY = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
-    os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/jury-target")), "debug/jury-e2e")
+    os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/jury-target")), "debug/jury")
 TUNING = ["halueval-10", "halueval-9", "truthfulqa-8a"]
 OTHERS = ["truthfulqa-8b", "civilcomments", "llmbar", "mt-bench", "pandalm", "faireval", "llmeval2"]
 CROWD_KIT = ["ds", "wawa", "zbs", "onecoin", "glad", "mace", "mmsr", "kos"]

@@ -70,7 +70,7 @@ SUITE = {
     "kos": "KOS",
     "mv": "MajorityVote",
 }
-DEFAULT_JURY = os.path.expanduser("~/.cache/jury-target/debug/jury-e2e")
+DEFAULT_JURY = os.path.expanduser("~/.cache/jury-target/debug/jury")
 
 
 def load_votes(path, keep_order=False):

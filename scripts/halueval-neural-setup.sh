@@ -1,7 +1,7 @@
 # Sourced (not run) by scripts/reproduce-halueval-neural and scripts/finetune-seeds, from
 # the repository root: writes the authors' HaluEval dialogue judge outputs with each
 # example's dialogue as context into $data (judgments.csv, labels.csv, contexts.csv),
-# fetches the encoder, and sets $jury to JURY=PATH or to the test build's jury-e2e.
+# fetches the encoder, and sets $jury to JURY=PATH or to this checkout's `jury` binary.
 src=../shared/data/skillagg-judge-outputs/halueval_dialogue
 dialogues=../shared/data/halueval/dialogue_data.json
 [ -d "$src" ] && [ -f "$dialogues" ] || { echo "error: $src or $dialogues not found (not redistributed)" >&2; exit 2; }
@@ -10,9 +10,9 @@ if [ -n "${JURY:-}" ]; then
   jury=$JURY
   [ -x "$jury" ] || { echo "error: JURY=$jury is not an executable" >&2; exit 2; }
 else
-  cargo test -q --workspace --no-run
+  cargo build -q -p jury-cli --bin jury
   target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-  jury="$target_dir/debug/jury-e2e"
+  jury="$target_dir/debug/jury"
 fi
 # CONTEXT_STYLE: paper (the authors' prompt-shaped text, default) or fields (jury-v1's
 # "response || history", which the tables recorded with --recipe jury-v1 used).

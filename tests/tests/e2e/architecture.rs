@@ -245,3 +245,31 @@ fn no_module_imports_another_that_imports_it_back() {
     }
     assert!(cycles.is_empty(), "module cycles: {cycles:?}");
 }
+
+/// Scripts run the `jury` binary a user builds (`cargo build -p jury-cli`), never the
+/// test crate's copy of it, so what a script measures is what a user runs.
+#[test]
+fn no_script_runs_the_test_binary() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n != "__pycache__") {
+                    walk(&p, out);
+                }
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join("scripts"), &mut files);
+    walk(&root().join(".ci"), &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains("jury-e2e")))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(offenders.is_empty(), "scripts naming the test binary jury-e2e: {offenders:?}");
+    assert!(files.len() > 40, "{}", files.len());
+}
