@@ -240,8 +240,32 @@ impl<'a> Study<'a> {
     fn headline(&self) -> String {
         let mut s = String::new();
         let Some(rec) = &self.recommendation else { return s };
-        let name = rec.name();
-        let _ = writeln!(s, "recommended method: {}", recommendation(&rec.selection, rec.seconds).why(name));
+        let label_free = rec.name();
+        let why = recommendation(&rec.selection, rec.seconds).why(label_free);
+        let name = match &self.calibration {
+            Some(c) => {
+                let _ = writeln!(
+                    s,
+                    "recommended method: {}, fitted on {} calibration labels ({}) and every unlabeled judgment; \
+                     without labels it would be {why}",
+                    crate::calibration::METHOD,
+                    c.n_calibration,
+                    c.sampling,
+                );
+                let rates: Vec<String> = c
+                    .rates
+                    .0
+                    .iter()
+                    .map(|(e, r)| format!("{e} {:.3} [{:.3}, {:.3}]", r.estimate, r.low, r.high))
+                    .collect();
+                let _ = writeln!(s, "positive rate, 95% intervals: {}", rates.join("; "));
+                crate::calibration::METHOD
+            }
+            None => {
+                let _ = writeln!(s, "recommended method: {why}");
+                label_free
+            }
+        };
         let run = self.methods.iter().find(|r| r.name == name);
         if let (Some(run), Some(labels)) = (run, self.labels) {
             let accs = judge_accuracies(self.judgments, labels);

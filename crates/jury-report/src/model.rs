@@ -298,6 +298,11 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     }
     let (rates, rates_svg) = match &metrics.calibration {
         Some(c) => {
+            // The reference labels' own rate (outside the calibration set), drawn as a line.
+            let reference = labels.and_then(|l| {
+                let known: Vec<usize> = l.as_slice().iter().flatten().copied().collect();
+                (!known.is_empty()).then(|| known.iter().filter(|&&k| k == 1).count() as f64 / known.len() as f64)
+            });
             let rows: Vec<plots::PairPoint> = c
                 .rates
                 .0
@@ -306,7 +311,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
                     label: name,
                     estimate: Some((r.estimate, r.low, r.high)),
                     observed: None,
-                    human: None,
+                    human: reference,
                 })
                 .collect();
             let table = c
