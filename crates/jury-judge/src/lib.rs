@@ -6,8 +6,8 @@
 //! Invariants:
 //! - in process, probabilities come from our own softmax over the full vocabulary at the
 //!   last position, read by a per-request logits processor (mistral.rs's built-in
-//!   logprobs are log10 and, under greedy sampling, not probabilities; see SPEC.md
-//!   section 1);
+//!   logprobs are log10 and, under greedy sampling, the log of the raw logit rather than a
+//!   probability: read in mistralrs-core 0.8.1's sampler);
 //! - the exact token sequence is ours (`CompletionTokens` in process, a token-id prompt
 //!   to a server with a tokenizer), so it can be compared with another engine token for
 //!   token and hashed into the cache key; both kinds share one truncation rule;

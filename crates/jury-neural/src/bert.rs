@@ -3,7 +3,7 @@
 //!
 //! Invariant: with `differentiable = true` every op has a backward pass (`kernels_grad`'s
 //! kernels, or plain candle expressions; candle 0.10's fused `layer_norm` and
-//! `softmax_last_dim` have none and would silently stop gradients, SPEC.md section 2).
+//! `softmax_last_dim` have none and would silently stop gradients).
 //! Candle's and `kernels`' backward-less forms are used only when nothing trains through
 //! the encoder.
 

@@ -262,7 +262,9 @@ fn default_top_logprobs() -> usize {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Runtime {
-    /// Dense (dequantized) weights: 10-15x faster prefill on CPU (SPEC.md section 1).
+    /// Dense (dequantized) weights: candle's quantized CPU kernels are built for decoding
+    /// one token, and judging is prefill (docs/benchmarks.md, "Judges: in process
+    /// (mistral.rs) against llama-server").
     pub dequantize: bool,
     pub prefix_cache: bool,
     pub max_concurrency: usize,

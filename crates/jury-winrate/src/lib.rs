@@ -1,6 +1,7 @@
 //! Win rate of one generator over another from LLM evaluators' votes, calibrated for the
 //! evaluators' errors: the observed rate, Bayesian Win-Rate Sampling (BWRS) and Bayesian
-//! Dawid-Skene by Gibbs sampling (`../shared/SPEC.md` section 3).
+//! Dawid-Skene by Gibbs sampling (Gao et al. 2024, "Bayesian Calibration of Win Rate
+//! Estimation with LLM Evaluators").
 //!
 //! Plain data in, estimates out; no files. Conventions: a vote or human label is `true`
 //! when generator G1's output is preferred; p = P(human prefers G1) is the win rate;

@@ -8,7 +8,7 @@
 //! candle expression beside it) computes, and every backward is the exact derivative of
 //! that forward (tests compare them with candle's autograd of the plain expression). The
 //! functions fall back to the plain candle expression on other devices and dtypes, so
-//! gradients flow everywhere (SPEC.md section 2).
+//! gradients flow everywhere.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, D, DType, Layout, Module, Result, Shape, Tensor, bail};
 use candle_nn::Linear;
