@@ -51,6 +51,18 @@ fn calibration_error(e: jury_calibrate::CalibrationError) -> StudyError {
     StudyError::Option { flag: "--calibration", reason: e.to_string() }
 }
 
+/// A budget's errors name `--budget`, and come before any method is fitted.
+fn check_budget(budget: usize, j: &Judgments) -> Result<(), StudyError> {
+    let reason = if budget < 2 {
+        format!("{budget}: at least 2 labels are needed")
+    } else if budget > j.n_examples() {
+        format!("{budget} is more than the {} examples judged", j.n_examples())
+    } else {
+        return Ok(());
+    };
+    Err(StudyError::Option { flag: "--budget", reason })
+}
+
 /// Fits the calibrated method on `calibration` and corrects the rate; returns the method's
 /// run and metrics.json's `calibration` record (`n_scored` and `n_scoring_dropped` as
 /// given).
@@ -103,6 +115,7 @@ pub fn label_plan(
     budget: usize,
     seed: u64,
 ) -> Result<Vec<(String, f64)>, StudyError> {
+    check_budget(budget, j)?;
     let (_, p1, _) = settings.label_free(j)?;
     let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
     let plan = plan_labels(&d.mean_judge_probabilities(), budget, seed).map_err(calibration_error)?;
@@ -119,6 +132,9 @@ pub fn calibration_replay(
     trials: usize,
     seed: u64,
 ) -> Result<CalibrationReplay, StudyError> {
+    for &b in budgets {
+        check_budget(b, j)?;
+    }
     let truth: Vec<u8> = (0..j.n_examples())
         .map(|n| {
             labels.get(n).map(|l| l as u8).ok_or_else(|| StudyError::Option {

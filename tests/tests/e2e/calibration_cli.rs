@@ -196,6 +196,22 @@ fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing
     let plan = d.join("plan.csv");
     let out = jury(&["label-plan", "--judgments", s(&d.join("judgments.csv")), "--budget", "5000", "--out", s(&plan)]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("more than the 1500 examples"), "{err}");
+    assert!(!out.status.success() && err.contains("--budget 5000 is more than the 1500 examples"), "{err}");
     assert!(!plan.exists());
+    let replay = d.join("replay");
+    let out = jury(&[
+        "simulate",
+        "calibration",
+        "--judgments",
+        s(&d.join("judgments.csv")),
+        "--labels",
+        s(&d.join("labels.csv")),
+        "--budget",
+        "100,2000",
+        "--out",
+        s(&replay),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--budget 2000 is more than the 1500 examples"), "{err}");
+    assert!(!replay.exists());
 }
