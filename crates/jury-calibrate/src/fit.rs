@@ -47,6 +47,11 @@ pub struct LogOdds {
     inv_cov: Vec<f64>,
     label_free: Vec<f64>,
     label_free_diff: Vec<f64>,
+    /// Over every example, which no calibration sample changes: each judge's share of
+    /// positive votes and mean probability, and the label-free posterior's mean.
+    judge_positive: Vec<f64>,
+    judge_mean: Vec<f64>,
+    label_free_mean: f64,
 }
 
 impl LogOdds {
@@ -99,8 +104,16 @@ impl LogOdds {
             w0 += 1.0 - p;
         }
         let label_free_diff = (0..k).map(|b| s1[b] / w1.max(1e-12) - s0[b] / w0.max(1e-12)).collect();
-        let label_free = label_free.iter().map(|&p| logit(p, 1e-4)).collect();
-        Ok(Self { n, k, x, mean, inv_cov, label_free, label_free_diff })
+        let label_free: Vec<f64> = label_free.iter().map(|&p| logit(p, 1e-4)).collect();
+        let (mut judge_positive, mut judge_mean) = (vec![0.0; k], vec![0.0; k]);
+        for r in x.chunks_exact(k) {
+            for b in 0..k {
+                judge_positive[b] += f64::from(u8::from(r[b] > 0.0)) / n as f64;
+                judge_mean[b] += sigmoid(r[b]) / n as f64;
+            }
+        }
+        let label_free_mean = label_free.iter().map(|&z| sigmoid(z)).sum::<f64>() / n as f64;
+        Ok(Self { n, k, x, mean, inv_cov, label_free, label_free_diff, judge_positive, judge_mean, label_free_mean })
     }
 
     pub fn n_examples(&self) -> usize {
@@ -125,6 +138,26 @@ impl LogOdds {
     /// that multiplies the judges' evidence.
     pub fn mean_judge_probabilities(&self) -> Vec<f64> {
         (0..self.n).map(|i| self.row(i).iter().map(|&x| sigmoid(x)).sum::<f64>() / self.k.max(1) as f64).collect()
+    }
+
+    /// Judge `k`'s share of positive votes over every example.
+    pub(crate) fn judge_positive(&self, k: usize) -> f64 {
+        self.judge_positive[k]
+    }
+
+    /// Judge `k`'s mean probability of class 1 over every example.
+    pub(crate) fn judge_mean(&self, k: usize) -> f64 {
+        self.judge_mean[k]
+    }
+
+    /// The label-free posterior's mean over every example.
+    pub(crate) fn label_free_mean(&self) -> f64 {
+        self.label_free_mean
+    }
+
+    /// The label-free posterior's probability of class 1 for example `i`.
+    pub(crate) fn label_free_probability(&self, i: usize) -> f64 {
+        sigmoid(self.label_free[i])
     }
 
     /// Judge `k`'s log-odds on example `i`.

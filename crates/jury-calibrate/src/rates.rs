@@ -106,7 +106,7 @@ impl RateEstimates {
         let n = d.n_examples();
         let vote = |i: usize| f64::from(u8::from(d.get(i, judge) > 0.0));
         let prob = |i: usize| 1.0 / (1.0 + (-d.get(i, judge)).exp());
-        let positive = (0..n).map(vote).sum::<f64>() / n as f64;
+        let positive = d.judge_positive(judge);
         let votes: Vec<f64> = sample.index().iter().map(|&i| vote(i)).collect();
         let rogan_gladen = {
             let estimate = rogan_gladen(positive, &votes, &y, &e, None);
@@ -119,8 +119,6 @@ impl RateEstimates {
                 .iter()
                 .map(|&i| (0..k).map(|j| f64::from(u8::from(d.get(i, j) > 0.0))).collect())
                 .collect();
-            let positives: Vec<f64> =
-                (0..k).map(|j| (0..n).filter(|&i| d.get(i, j) > 0.0).count() as f64 / n as f64).collect();
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995);
             let m = y.len();
             let mut boot: Vec<f64> = (0..BOOTSTRAP)
@@ -137,7 +135,7 @@ impl RateEstimates {
                         .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a })
                         .0;
                     let v: Vec<f64> = all_votes.iter().map(|r| r[best]).collect();
-                    rogan_gladen(positives[best], &v, &y, &e, Some(&draw))
+                    rogan_gladen(d.judge_positive(best), &v, &y, &e, Some(&draw))
                 })
                 .collect();
             boot.sort_by(f64::total_cmp);
@@ -145,18 +143,16 @@ impl RateEstimates {
             Interval { estimate, low: q(0.025).min(estimate), high: q(0.975).max(estimate) }
         };
         let judge_held: Vec<f64> = sample.index().iter().map(|&i| prob(i)).collect();
-        let judge_mean = (0..n).map(prob).sum::<f64>() / n as f64;
+        let judge_mean = d.judge_mean(judge);
         let ppi_judge = ppi(&y, &judge_held, judge_mean, &e, n);
         // The jury as predictors: the label-free posterior and the picked judge, weighed
         // by least squares on the labels (PPI++ with several predictors: never wider, up
         // to the degrees of freedom spent, than with either alone). The calibrated stack is
         // not one: fitted on these labels it would need cross-fitting, and its
         // cross-fitted predictions covered 90-92% at 50 labels (docs/reproduction.md).
-        let label_free = d.label_free_probabilities();
-        let lf_mean = label_free.iter().sum::<f64>() / n as f64;
-
-        let f: Vec<Vec<f64>> = sample.index().iter().zip(&judge_held).map(|(&i, &j)| vec![label_free[i], j]).collect();
-        let ppi_jury = ppi_many(&y, &f, &[lf_mean, judge_mean], &e);
+        let f: Vec<Vec<f64>> =
+            sample.index().iter().zip(&judge_held).map(|(&i, &j)| vec![d.label_free_probability(i), j]).collect();
+        let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &e);
         RateEstimates {
             picked_judge: judge,
             intervals: vec![

@@ -4,16 +4,15 @@
 //! of scoring; and the two commands built on the same pieces, the label plan and the
 //! replay (calibration.json, `jury_io::CalibrationReplay`).
 
-use jury_calibrate::{
-    Calibrated, Candidate, LogOdds, RateEstimates, ReplaySettings, Sample, picked_judge, plan_labels, replay,
-};
+use jury_aggregate::Aggregation;
+use jury_calibrate::{Calibrated, Candidate, LogOdds, RateEstimates, ReplaySettings, Sample, plan_labels, replay};
 use jury_core::{Judgments, Labels};
 use jury_io::{
     CalibrationLabels, CalibrationMetrics, CalibrationReplay, Named, RateInterval, ReplayAccuracy, ReplayBudget,
     ReplayCoverage, ReplayJury,
 };
 
-use crate::{MethodRun, Settings, StudyError};
+use crate::{Settings, StudyError};
 
 /// The calibrated method's name in metrics.json, predictions.csv and the report.
 pub(crate) const METHOD: &str = "calibrated";
@@ -63,18 +62,19 @@ fn check_budget(budget: usize, j: &Judgments) -> Result<(), StudyError> {
     Err(StudyError::Option { flag: "--budget", reason })
 }
 
-/// Fits the calibrated method on `calibration` and corrects the rate; returns the method's
-/// run and metrics.json's `calibration` record (`n_scored` and `n_scoring_dropped` as
-/// given).
+/// Fits the calibrated method on `calibration`, starting from the label-free method
+/// `method` and its result, and corrects the rate; returns the method's aggregation and
+/// metrics.json's `calibration` record (`n_scored` and `n_scoring_dropped` as given).
 pub(crate) fn calibrate(
     j: &Judgments,
     calibration: &CalibrationLabels,
+    method: &str,
+    label_free: &Aggregation,
     settings: &Settings,
     n_scored: usize,
     n_scoring_dropped: usize,
-) -> Result<(MethodRun, CalibrationMetrics), StudyError> {
-    let start = std::time::Instant::now();
-    let (method, p1, _) = settings.label_free(j)?;
+) -> Result<(Aggregation, CalibrationMetrics), StudyError> {
+    let p1: Vec<f64> = label_free.posteriors().rows().map(|r| r[1]).collect();
     let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
     let sample = Sample::new(
         j.n_examples(),
@@ -84,7 +84,7 @@ pub(crate) fn calibrate(
     )
     .map_err(calibration_error)?;
     let fit = Calibrated::fit(&d, &sample, settings.seed);
-    let aggregation = jury_aggregate::Aggregation::calibrated(&fit.probabilities(&d), sample.len())?;
+    let aggregation = Aggregation::calibrated(&fit.probabilities(&d), sample.len())?;
     let rates = RateEstimates::estimate(&d, &sample, settings.seed);
     let metrics = CalibrationMetrics {
         n_calibration: sample.len(),
@@ -92,7 +92,7 @@ pub(crate) fn calibrate(
         n_scoring_dropped,
         sampling: if calibration.inclusion.is_some() { "planned" } else { "uniform" }.to_owned(),
         label_free_method: method.to_owned(),
-        picked_judge: j.judge_names()[picked_judge(&d, &sample)].clone(),
+        picked_judge: j.judge_names()[rates.picked_judge].clone(),
         stack: Named(fit.stack.iter().map(|(c, w)| (Candidate::name(*c).to_owned(), *w)).collect()),
         rates: Named(
             rates
@@ -102,8 +102,7 @@ pub(crate) fn calibrate(
                 .collect(),
         ),
     };
-    let run = MethodRun { name: METHOD, aggregation, seconds: start.elapsed().as_secs_f64() };
-    Ok((run, metrics))
+    Ok((aggregation, metrics))
 }
 
 /// `budget` examples to label, with their inclusion probabilities: example id and

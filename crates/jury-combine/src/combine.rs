@@ -148,21 +148,12 @@ pub fn run_calibrated<'a>(
     settings: &Settings,
     note: &dyn Fn(&Note),
 ) -> Result<Study<'a>, StudyError> {
-    let calibrated = match calibration {
-        Some((c, dropped)) => {
-            let scored = labels.map_or(0, Labels::n_labeled);
-            Some(crate::calibration::calibrate(judgments, c, settings, scored, dropped)?)
-        }
-        None => None,
-    };
-    let recommendation =
-        if settings.methods.contains(&Method::Recommended) { Some(settings.recommend(judgments)?) } else { None };
-    let resolved = settings.resolved_methods(recommendation.as_ref().map(|r| r.method));
+    // The held-out-judge choice runs once: for `recommended`, and for the calibrated
+    // method's label-free start.
+    let requested = settings.methods.contains(&Method::Recommended);
+    let chosen = if requested || calibration.is_some() { Some(settings.recommend(judgments)?) } else { None };
+    let resolved = settings.resolved_methods(chosen.as_ref().filter(|_| requested).map(|r| r.method));
     let mut methods = Vec::with_capacity(resolved.len() + 1);
-    let calibration = calibrated.map(|(run, metrics)| {
-        methods.push(run);
-        metrics
-    });
     for aggregator in resolved.iter().filter_map(|&m| settings.aggregator(m)) {
         let start = Instant::now();
         let aggregation = aggregator.aggregate(judgments)?;
@@ -174,6 +165,29 @@ pub fn run_calibrated<'a>(
         }
         methods.push(MethodRun { name: aggregator.name(), aggregation, seconds: start.elapsed().as_secs_f64() });
     }
+    let calibration = match (calibration, &chosen) {
+        (Some((c, dropped)), Some(rec)) => {
+            let start = Instant::now();
+            let ran = methods.iter().find(|r| r.name == rec.name()).map(|r| r.aggregation.clone());
+            let label_free = match ran {
+                Some(a) => a,
+                None => settings.aggregator(rec.method).map(|a| a.aggregate(judgments)).transpose()?.ok_or(
+                    StudyError::Option {
+                        flag: "--calibration",
+                        reason: "the recommended method has no label-free aggregator".into(),
+                    },
+                )?,
+            };
+            let scored = labels.map_or(0, Labels::n_labeled);
+            let (aggregation, metrics) =
+                crate::calibration::calibrate(judgments, c, rec.name(), &label_free, settings, scored, dropped)?;
+            let seconds = start.elapsed().as_secs_f64();
+            methods.insert(0, MethodRun { name: crate::calibration::METHOD, aggregation, seconds });
+            Some(metrics)
+        }
+        _ => None,
+    };
+    let recommendation = chosen.filter(|_| requested);
     let neural = match &settings.neural_opts {
         None => None,
         Some(opts) => {
