@@ -90,10 +90,14 @@ impl Aggregator for Kos {
         }
         let mut t = vec![0.5; n_patterns * 2];
         sums(&mut example_sum, &to_example);
-        // Sums within rounding of 0 are ties.
-        let scale = example_sum.iter().fold(0.0, |m: f64, s| m.max(s.abs()));
+        // A sum within rounding of 0, measured against the size of the messages it adds
+        // (not against the other sums, which may all be rounding noise), is a tie.
+        let mut magnitude = vec![0.0; n_patterns];
+        for (&(p, _, _), y) in edges.iter().zip(&to_example) {
+            magnitude[p as usize] += y.abs();
+        }
         for (p, &s) in example_sum.iter().enumerate() {
-            if s.abs() > 1e-9 * scale {
+            if s.abs() > 1e-9 * magnitude[p] {
                 let yes = if s > 0.0 { 1.0 } else { 0.0 };
                 t[p * 2..p * 2 + 2].copy_from_slice(&[1.0 - yes, yes]);
             }
@@ -130,6 +134,22 @@ mod tests {
         let a = Kos::new(TieBreak::Positive).aggregate(&binary(&refs)).unwrap();
         let want: Vec<usize> = (0..100).map(|n| usize::from(n % 2 == 0)).collect();
         assert_eq!(a.labels(), want.as_slice());
+    }
+
+    /// Three judges who each disagree with the others as often: every weighted sum is
+    /// rounding noise (about 1e-15), and each example is a tie, not a label.
+    #[test]
+    fn sums_that_are_rounding_noise_are_ties() {
+        let rows: Vec<Vec<Option<f64>>> = vec![
+            vec![None, Some(0.0), Some(1.0)],
+            vec![Some(0.0), Some(0.0), Some(1.0)],
+            vec![Some(0.0), Some(1.0), Some(0.0)],
+        ];
+        let refs: Vec<&[Option<f64>]> = rows.iter().map(|r| r.as_slice()).collect();
+        let a = Kos::new(TieBreak::Positive).aggregate(&binary(&refs)).unwrap();
+        for row in a.posteriors().rows() {
+            assert_eq!(row, [0.5, 0.5]);
+        }
     }
 
     #[test]
