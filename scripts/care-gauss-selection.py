@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How the recommended default `care-gauss` and its settings were chosen (issue 48),
-quoted in docs/reproduction.md: two stages, each by the same rule on the tuning sets
+quoted in docs/reproduction/label-free.md: two stages, each by the same rule on the tuning sets
 (HaluEval with 10 and with 9 judges, TruthfulQA half a): at or above Dawid-Skene and
 every crowd-kit method on each tuning set, then the highest mean accuracy over them.
 The other columns (TruthfulQA half b, CivilComments, LLMBar, MT-Bench, PandaLM,

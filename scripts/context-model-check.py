@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How far can a frozen context model trained on majority-vote labels get on HaluEval,
 and what does it add to Dawid-Skene's posterior? A check outside jury (scikit-learn),
-quoted in docs/reproduction.md (issue 4).
+quoted in docs/reproduction/skill-aggregation.md (issue 4).
 
   python3 scripts/context-model-check.py EMBEDDINGS.f32 [RUN_DIR] [--mlp]
 

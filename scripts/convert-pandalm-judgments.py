@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert the PandaLM test set into a 3-class jury for `jury aggregate` (the
-context-dependent methods' multi-class check, docs/reproduction.md).
+context-dependent methods' multi-class check, docs/reproduction/winrate-ranking.md).
 
 Classes: 0 = tie, 1 = response1 better, 2 = response2 better. Judges: gpt-3.5-turbo
 ("Tie" -> 0, "1", "2"; "garbage" -> no judgment) and pandalm-7b (0, 1, 2), each a

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does the correlated Gaussian (`gauss`) depend on where its EM step starts, and can
 its own likelihood choose the start without labels? A check outside jury (NumPy),
-quoted in docs/reproduction.md (issue 48).
+quoted in docs/reproduction/label-free.md (issue 48).
 
   python3 scripts/gauss-start-check.py [ROOT]
 

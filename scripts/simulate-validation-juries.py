@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Simulated juries with known truth for the validation suite (docs/reproduction.md,
+"""Simulated juries with known truth for the validation suite (docs/reproduction/validation-suite.md,
 "The recommended method on juries it was not chosen on"), shaped after what broke the
 earlier default: near-duplicate judges, hard verdicts only, one judge far better than
 the rest, a wrong consensus, 2 to 6 judges and 30 or more, positive rates from 0.1 to

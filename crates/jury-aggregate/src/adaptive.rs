@@ -41,7 +41,7 @@ pub enum StoppingModel {
     /// The recommended stopping model: [`StoppingModel::Gauss`] for two classes and at
     /// most [`MAX_CORRELATED_JUDGES`] judges, Dawid-Skene otherwise. (The adaptive
     /// settings were chosen with it; care-gauss, the recommended aggregation, stops far
-    /// below its full jury on the pairwise sets, docs/reproduction.md.)
+    /// below its full jury on the pairwise sets, docs/reproduction/adaptive.md.)
     #[default]
     Recommended,
     /// Dawid-Skene, each answer read as a vote for its most likely class.

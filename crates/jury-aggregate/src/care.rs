@@ -35,7 +35,7 @@ pub struct Care {
 
 impl Care {
     /// The default gamma (`jury aggregate --care-gamma`), chosen on HaluEval and half of
-    /// TruthfulQA (docs/reproduction.md).
+    /// TruthfulQA (docs/reproduction/label-free.md).
     pub const DEFAULT_GAMMA: f64 = 50.0;
 
     pub fn new(ties: TieBreak) -> Self {

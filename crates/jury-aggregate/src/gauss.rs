@@ -4,7 +4,7 @@
 //! instead of counting a family several times, as Dawid-Skene does. Label-free.
 //!
 //! The Gaussian starts from Dawid-Skene's posteriors and runs `steps` EM steps (one by
-//! default, chosen on HaluEval and half of TruthfulQA, docs/reproduction.md): left to
+//! default, chosen on HaluEval and half of TruthfulQA, docs/reproduction/label-free.md): left to
 //! converge, a mixture of Gaussians finds whatever split of the examples explains the
 //! log-odds best (confident against unsure examples, say), which need not be the truth.
 //! A missing judgment is imputed with the judge's class means weighted by the example's
@@ -16,7 +16,7 @@
 //! posterior is linear in the log-odds (a linear discriminant). Where most judges share
 //! one mistake, Dawid-Skene's split follows them and CARE's quality factor need not;
 //! a shared covariance is estimated from every example rather than from one class's
-//! share. The choice and its evidence: docs/reproduction.md.
+//! share. The choice and its evidence: docs/reproduction/label-free.md.
 
 use jury_core::Judgments;
 
@@ -52,7 +52,7 @@ pub struct CorrelatedGaussian {
 
 impl CorrelatedGaussian {
     /// The default EM steps (`jury aggregate --gauss-steps`), chosen on HaluEval and half
-    /// of TruthfulQA (docs/reproduction.md).
+    /// of TruthfulQA (docs/reproduction/label-free.md).
     pub const DEFAULT_STEPS: usize = 1;
 
     pub fn new(ds: DawidSkeneConfig) -> Self {
@@ -71,7 +71,7 @@ pub struct CareGaussian {
 
 impl CareGaussian {
     /// The default EM steps (`jury aggregate --care-gauss-steps`), chosen on HaluEval
-    /// and half of TruthfulQA with CARE's default gamma (docs/reproduction.md).
+    /// and half of TruthfulQA with CARE's default gamma (docs/reproduction/label-free.md).
     pub const DEFAULT_STEPS: usize = 1;
 
     pub fn new(ties: TieBreak) -> Self {

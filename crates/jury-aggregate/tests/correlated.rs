@@ -81,7 +81,7 @@ fn dawid_skene_over_counts_the_family_and_the_gaussian_does_not() {
 
 /// CARE weighs judges by the leading factor of the correlations' low-rank part, which
 /// here is the family's confounder: it does not recover this jury (recorded in
-/// docs/reproduction.md), and stays within a point of Dawid-Skene.
+/// docs/reproduction/label-free.md), and stays within a point of Dawid-Skene.
 #[test]
 fn care_follows_the_leading_factor_even_when_it_is_a_family() {
     let (j, l) = jury(4000, 1.6, 0.0, 1);

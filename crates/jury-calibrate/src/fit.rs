@@ -17,7 +17,7 @@
 //! The stack's weights are a non-negative logistic regression on the four models' 5-fold
 //! out-of-fold scores on the calibration labels (a super learner): every setting is
 //! chosen inside the calibration set. The candidates and the shrinkage were chosen on
-//! HaluEval-10 and LLMBar (docs/reproduction.md).
+//! HaluEval-10 and LLMBar (docs/reproduction/calibration.md).
 
 use jury_core::Judgments;
 use rand::SeedableRng;

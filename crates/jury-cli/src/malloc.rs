@@ -5,7 +5,7 @@
 //! freed; every MiniLM batch then pays for fresh zeroed pages again (page faults and
 //! clearing were a fifth of the embedding time). Keeping blocks up to 32 MiB on the heap
 //! and never trimming it trades a larger resident set for that time: measured in
-//! docs/benchmarks.md ("Frozen encoder: embedding rate").
+//! docs/benchmarks/encoders.md ("Frozen encoder: embedding rate").
 
 /// The largest block kept on the heap (larger ones are still mapped and unmapped).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

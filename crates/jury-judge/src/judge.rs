@@ -297,7 +297,7 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig, device: &mistralrs
 /// every one on a CPU). The prefix cache runs one request at a time and every judgment
 /// of a run starts with the template's system prompt and instructions, so the last
 /// judgment's cache always holds that shared prefix: one entry gives the whole reuse
-/// (measured with 1, 2 and 16: docs/benchmarks.md, "Judges: memory with the prefix
+/// (measured with 1, 2 and 16: docs/benchmarks/judges.md, "Judges: memory with the prefix
 /// cache").
 pub const PREFIX_CACHE_ENTRIES: usize = 1;
 

@@ -21,7 +21,7 @@ pub struct ErrorCorrelations {
 
 /// The mean error correlation at which judges are grouped into one family. Under
 /// Dawid-Skene's posteriors on the HaluEval judges the strongest pairs reach 0.2-0.3
-/// (docs/reproduction.md); the model's own truth absorbs part of a family's shared
+/// (docs/reproduction/label-free.md); the model's own truth absorbs part of a family's shared
 /// errors, so the view shows the dependence the model did not explain.
 pub const FAMILY_CORRELATION: f64 = 0.2;
 

@@ -274,7 +274,7 @@ impl std::fmt::Display for Note<'_> {
 const FINETUNE_ENCODER_LR: f64 = 2e-5;
 
 /// Batches between mid-epoch fine-tuning checkpoints: 1,600 texts at the default batch,
-/// about 10 minutes of MiniLM training on a 2-core CPU (docs/benchmarks.md), so a kill
+/// about 10 minutes of MiniLM training on a 2-core CPU (docs/benchmarks/encoders.md), so a kill
 /// loses at most that much; writing one (90 MB) takes about a second.
 const FINETUNE_SAVE_EVERY: usize = 50;
 

@@ -114,7 +114,7 @@ pub struct JudgeEntry {
 }
 
 /// The adaptive jury's settings (`adaptive:`); the defaults are those of
-/// `jury simulate adaptive`, chosen on the recorded juries (docs/reproduction.md).
+/// `jury simulate adaptive`, chosen on the recorded juries (docs/reproduction/adaptive.md).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Adaptive {
@@ -263,7 +263,7 @@ fn default_top_logprobs() -> usize {
 #[serde(deny_unknown_fields, default)]
 pub struct Runtime {
     /// Dense (dequantized) weights: candle's quantized CPU kernels are built for decoding
-    /// one token, and judging is prefill (docs/benchmarks.md, "Judges: in process
+    /// one token, and judging is prefill (docs/benchmarks/judges.md, "Judges: in process
     /// (mistral.rs) against llama-server").
     pub dequantize: bool,
     pub prefix_cache: bool,
@@ -285,7 +285,7 @@ pub struct Runtime {
 impl Default for Runtime {
     fn default() -> Self {
         // One request at a time with the prefix cache: measured here on 40 TruthfulQA
-        // prompts (Qwen2.5-Coder-0.5B, docs/benchmarks.md), 71 s one at a time, 141 s
+        // prompts (Qwen2.5-Coder-0.5B, docs/benchmarks/judges.md), 71 s one at a time, 141 s
         // with 4 in flight (mistral.rs 0.8.1 batches slower than it runs one by one on
         // a CPU), 56 s with the prefix cache, which keeps a bounded number of entries
         // (`jury_judge::PREFIX_CACHE_ENTRIES`).

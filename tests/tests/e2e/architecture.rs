@@ -292,3 +292,56 @@ fn code_cites_no_document_outside_the_repository() {
         .collect();
     assert!(offenders.is_empty(), "files citing the brief, which is not in the repository: {offenders:?}");
 }
+
+/// Every file that can cite a document: code, tests, scripts, configs and the docs
+/// themselves (the vendored crate aside).
+fn citing_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in ["crates", "tests"] {
+        sources(&root().join(dir), &mut files);
+    }
+    for dir in ["scripts", "configs", "docs/benchmarks", "docs/reproduction"] {
+        files.extend(std::fs::read_dir(root().join(dir)).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_file()));
+    }
+    files.extend(["README.md", "ARCHITECTURE.md", "Cargo.toml", "docs/README.md", ".ci/run"].map(|f| root().join(f)));
+    files.retain(|p| !p.starts_with(root().join("crates/vendor")));
+    files
+}
+
+#[test]
+fn every_cited_document_exists() {
+    let mut missing = Vec::new();
+    for file in citing_files() {
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        for (at, _) in text.match_indices("docs/") {
+            // A URL's path (`.../docs/x.md`) is not a file of this repository.
+            if text[..at].ends_with(|c: char| c == '/' || c.is_ascii_alphanumeric()) {
+                continue;
+            }
+            let cited: String =
+                text[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || "_-./".contains(*c)).collect();
+            let cited = cited.trim_end_matches('.');
+            if cited.ends_with(".md") && !root().join(cited).is_file() {
+                missing.push(format!("{}: {cited}", file.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "documents cited but not in the repository: {missing:?}");
+}
+
+/// docs/ is a reference a reader can take in: no file over 450 lines.
+#[test]
+fn every_document_stays_under_450_lines() {
+    let mut long = Vec::new();
+    for dir in ["docs", "docs/benchmarks", "docs/reproduction"] {
+        for path in std::fs::read_dir(root().join(dir)).unwrap().flatten().map(|e| e.path()) {
+            if path.extension().is_some_and(|e| e == "md") {
+                let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+                if lines >= 450 {
+                    long.push(format!("{}: {lines} lines", path.display()));
+                }
+            }
+        }
+    }
+    assert!(long.is_empty(), "{long:?}");
+}

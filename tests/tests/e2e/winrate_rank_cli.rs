@@ -224,7 +224,7 @@ fn rank_recovers_the_reference_order_without_reading_the_reference() {
 #[test]
 fn rank_sim_reproduces_the_papers_multiple_choice_table() {
     let dir = tempfile::tempdir().unwrap();
-    // The setting docs/reproduction.md reports: a grid of benchmark shapes pooled per row.
+    // The setting docs/reproduction/winrate-ranking.md reports: a grid of benchmark shapes pooled per row.
     let out = jury(&[
         "rank-sim",
         "--models",

@@ -123,7 +123,7 @@ pub(crate) fn vllm_server(model_dir: &Path, served: &str) -> Server {
 /// GGUF file, offline, with f32 activations as the in-process judge has them (the
 /// automatic dtype is bf16 on a CPU: slower, and further from the other engines) and
 /// the weights dequantized (candle's quantized CPU kernels are built for decoding one
-/// token, not for prefill; docs/benchmarks.md).
+/// token, not for prefill; docs/benchmarks/judges.md).
 pub(crate) fn mistralrs_server(gguf: &Path) -> Server {
     let bin = install("scripts/servers/install-mistralrs-server.sh", "mistral.rs's server");
     let port = free_port();
