@@ -1,17 +1,18 @@
-//! `jury run CONFIG`: one YAML experiment end to end. The runner (jury-runner) checks
-//! the config, judges through the durable cache (so a killed run resumes), writes every
-//! file and publishes them; this module parses, hands it jury-combine's aggregation and
-//! jury-report's page, and prints.
+//! `jury run CONFIG`: one YAML experiment end to end, read top to bottom in [`run`]:
+//! jury-runner checks the config and judges through the durable cache (so a killed run
+//! resumes) and writes the judging files, jury-combine aggregates, jury-report draws the
+//! page, and the output folder is published at once.
 //!
 //! Relative paths in the config are relative to the directory `jury run` is started in.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 use jury_datasets::ContextStyle;
-use jury_runner::{JuryRun, OutputLayout, RunError};
+use jury_runner::{JuryRun, OutputLayout};
 
 use jury_combine::{AggregateOptions, Settings};
 
@@ -64,20 +65,61 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
     Ok((exp, settings))
 }
 
-/// Runs an experiment returned by [`prepare`] (jury-runner's `run_experiment`), with
-/// jury-combine's aggregation and jury-report's page.
-pub(crate) fn run((exp, settings): (Experiment, Settings)) -> Result<()> {
-    // Contexts the run derives itself are staged with the rest; aggregation reads them there.
+/// Runs an experiment returned by [`prepare`], top to bottom: examples and jurors
+/// checked, every judge's pass through the cache, the judging files, the aggregation
+/// study, the manifest and the page staged, and the whole folder published at once (a
+/// failure before that leaves it as it was).
+pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
+    let started = Instant::now();
+    let in_aggregate = |e: jury_combine::StudyError| anyhow::Error::from(e).context("`aggregate`");
+
+    // Examples and jurors, checked before any model loads or file is written.
+    let prepared = jury_runner::prepare(&exp)?;
+    let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();
+    settings.check_labeled(labeled).map_err(in_aggregate)?;
+
+    // Judging: the output folder is taken first, then every judge's verdicts.
+    let (layout, run) = prepared.judge(&MultiProgress::new(), &|d| eprintln!("warning: {d}; judged again"))?;
+    // Contexts the run derives itself are staged with the judging files.
     let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
-    let calibration = exp.calibration.as_ref().map(|c| c.labels.clone());
-    let mut aggregation = StudyAggregation { settings, own_contexts, calibration, scoring: None };
-    jury_runner::run_experiment(
-        &exp,
-        &mut aggregation,
-        &MultiProgress::new(),
-        &|d| eprintln!("warning: {d}; judged again"),
-        &mut print_judged,
+    let contexts = settings.context_style().filter(|_| own_contexts);
+    jury_runner::write_judging(&layout, &exp, &run, contexts)?;
+    print_judged(&run);
+
+    // Aggregation, with the calibration labels left out of scoring.
+    if contexts.is_some() {
+        settings.read_contexts_from(layout.contexts());
+    }
+    let calibration = match &exp.calibration {
+        Some(c) => Some(jury_io::read_calibration(&c.labels, &run.judgments)?),
+        None => None,
+    };
+    let (labels, dropped) = match &calibration {
+        Some(c) => jury_combine::scoring_labels(&run.labels, c),
+        None => (run.labels.clone(), 0),
+    };
+    let study = jury_combine::run_calibrated(
+        &run.judgments,
+        Some(&labels),
+        calibration.as_ref().map(|c| (c, dropped)),
+        &settings,
+        &aggregate::print_note,
     )?;
+    aggregate::write(&study, layout.staging_dir(), layout.dir())?;
+    println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
+    let exact = run.exact_shares();
+    if exact.values().any(|&e| e < 1.0) {
+        println!("share of exact verdicts (every verdict token observed): {exact:?}");
+    }
+
+    // The manifest, the page (the hardest examples shown with their fields) and publishing.
+    let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
+    let manifest = jury_runner::manifest(&exp, &run, dequantized, started.elapsed().as_secs_f64());
+    jury_runner::write_manifest(&layout, &manifest)?;
+    let texts: HashMap<String, String> =
+        run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
+    crate::report::write(layout.staging_dir(), &run.judgments, Some(&labels), Some(&texts))?;
+    layout.publish()?;
     Ok(())
 }
 
@@ -111,68 +153,4 @@ fn print_judged(run: &JuryRun) {
         );
     }
     println!();
-}
-
-/// jury-combine's aggregation and jury-report's page, as a run's last stages.
-struct StudyAggregation {
-    settings: Settings,
-    /// Whether the contexts file is the one the run writes (`prepare` named it).
-    own_contexts: bool,
-    /// The `calibration:` labels file.
-    calibration: Option<std::path::PathBuf>,
-    /// The labels accuracies were scored on when calibration labels left some out.
-    scoring: Option<jury_core::Labels>,
-}
-
-fn stage_error(e: anyhow::Error) -> RunError {
-    RunError::Aggregation(e.into())
-}
-
-impl jury_runner::Aggregation for StudyAggregation {
-    fn check_labeled(&self, labeled: usize) -> Result<(), RunError> {
-        self.settings.check_labeled(labeled).context("`aggregate`").map_err(stage_error)
-    }
-
-    fn contexts_to_stage(&self) -> Option<ContextStyle> {
-        self.settings.context_style().filter(|_| self.own_contexts)
-    }
-
-    fn aggregate(&mut self, run: &JuryRun, staged: Option<&Path>, staging: &Path, out: &Path) -> Result<(), RunError> {
-        if let Some(contexts) = staged {
-            self.settings.read_contexts_from(contexts.to_owned());
-        }
-        let calibration = match &self.calibration {
-            Some(path) => Some(jury_io::read_calibration(path, &run.judgments).map_err(|e| stage_error(e.into()))?),
-            None => None,
-        };
-        let dropped = calibration.as_ref().map(|c| {
-            let (kept, dropped) = jury_combine::scoring_labels(&run.labels, c);
-            self.scoring = Some(kept);
-            dropped
-        });
-        let labels = self.scoring.as_ref().unwrap_or(&run.labels);
-        let study = jury_combine::run_calibrated(
-            &run.judgments,
-            Some(labels),
-            calibration.as_ref().zip(dropped),
-            &self.settings,
-            &aggregate::print_note,
-        )
-        .map_err(|e| stage_error(e.into()))?;
-        aggregate::write(&study, staging, out).map_err(stage_error)?;
-        println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
-        let exact = run.exact_shares();
-        if exact.values().any(|&e| e < 1.0) {
-            println!("share of exact verdicts (every verdict token observed): {exact:?}");
-        }
-        Ok(())
-    }
-
-    fn report(&mut self, run: &JuryRun, staging: &Path) -> Result<(), RunError> {
-        // The page shows the hardest examples with their fields, as jury-v1's contexts join them.
-        let texts: HashMap<String, String> =
-            run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
-        let labels = self.scoring.as_ref().unwrap_or(&run.labels);
-        crate::report::write(staging, &run.judgments, Some(labels), Some(&texts)).map_err(stage_error)
-    }
 }

@@ -301,6 +301,16 @@ async fn load_gguf(path: &std::path::Path, cfg: &JudgeConfig, device: &mistralrs
 /// cache").
 pub const PREFIX_CACHE_ENTRIES: usize = 1;
 
+/// Why an in-process judge cannot run with these settings, if it cannot: mistral.rs 0.8.1
+/// panics batching sequences restored from its prefix cache ("shape mismatch on dim 2,
+/// 512 <> 1024" in kv_cache/mod.rs, seen with 8 requests in flight), which takes the
+/// whole engine down, so the prefix cache needs one request at a time.
+pub fn runtime_conflict(prefix_cache: bool, max_concurrency: usize) -> Option<&'static str> {
+    (prefix_cache && max_concurrency > 1).then_some(
+        "`prefix_cache: true` needs `max_concurrency: 1` (mistral.rs 0.8.1 crashes batching cached prefixes); set one of them",
+    )
+}
+
 /// A loaded judge.
 pub struct Judge {
     cfg: JudgeConfig,

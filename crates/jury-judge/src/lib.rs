@@ -30,7 +30,7 @@ pub use backend::{AnyJudge, Prompt};
 pub use chat::{ChatTokenizer, ChatTokenizerError};
 pub use judge::{
     EXTRACTION_RULE, Judge, JudgeConfig, JudgeDevice, JudgePrecision, ModelSource, PREFIX_CACHE_ENTRIES, Verdict,
-    gguf_problem, local_model_dir, verdict_from_logits,
+    gguf_problem, local_model_dir, runtime_conflict, verdict_from_logits,
 };
 pub use pool::{ApiKey, PoolConfig, display_url, parse_base_url, without_password};
 pub use server::{

@@ -284,11 +284,9 @@ pub struct Runtime {
 
 impl Default for Runtime {
     fn default() -> Self {
-        // One request at a time with the prefix cache: measured here on 40 TruthfulQA
-        // prompts (Qwen2.5-Coder-0.5B, docs/benchmarks/judges.md), 71 s one at a time, 141 s
-        // with 4 in flight (mistral.rs 0.8.1 batches slower than it runs one by one on
-        // a CPU), 56 s with the prefix cache, which keeps a bounded number of entries
-        // (`jury_judge::PREFIX_CACHE_ENTRIES`).
+        // One request at a time with the prefix cache (`jury_judge::runtime_conflict`):
+        // measured on 40 TruthfulQA prompts (Qwen2.5-Coder-0.5B, docs/benchmarks/judges.md),
+        // 71 s one at a time, 141 s with 4 in flight, 56 s with the prefix cache.
         Self {
             dequantize: true,
             prefix_cache: true,
@@ -351,13 +349,8 @@ impl<A> Experiment<A> {
         if self.judges.is_empty() {
             return Err(invalid("`judges` is empty".into()));
         }
-        if self.runtime.prefix_cache && self.runtime.max_concurrency > 1 {
-            // mistral.rs 0.8.1 panics batching sequences restored from its prefix cache
-            // ("shape mismatch on dim 2, 512 <> 1024" in kv_cache/mod.rs, seen here with 8
-            // requests in flight), which takes the whole engine down.
-            return Err(invalid(
-                "runtime: `prefix_cache: true` needs `max_concurrency: 1` (mistral.rs 0.8.1 crashes batching cached prefixes); set one of them".into(),
-            ));
+        if let Some(why) = jury_judge::runtime_conflict(self.runtime.prefix_cache, self.runtime.max_concurrency) {
+            return Err(invalid(format!("runtime: {why}")));
         }
         if let Some(c) = self.calibration.as_ref().filter(|c| !c.labels.is_file()) {
             return Err(invalid(format!("calibration: `labels` {} is not a file", c.labels.display())));

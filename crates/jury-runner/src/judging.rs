@@ -55,9 +55,6 @@ pub enum RunError {
     Adaptive(String),
     #[error("judge `{judge}`: the judging task ended abnormally: {reason}")]
     Task { judge: String, reason: String },
-    /// From the caller's aggregation (`pipeline::Aggregation`).
-    #[error(transparent)]
-    Aggregation(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What one judge's pass over the examples did.

@@ -1,10 +1,10 @@
-//! Runs a jury experiment: the YAML schema and its checks ([`Experiment`]), the
-//! examples and jurors it names, every juror's pass through the durable cache (server
-//! judges all at once, in-process ones one at a time), the collected verdicts as a
-//! judgments matrix ([`JuryRun`]), the files of an output directory ([`OutputLayout`]),
-//! and the whole of `jury run` in that order ([`run_experiment`]). Aggregation is not
-//! here: the caller supplies it as an [`Aggregation`], its options carried through
-//! [`Experiment`]'s type parameter. Also `rank --eval llm:`'s judge ([`LlmEvaluation`]).
+//! Judges a jury experiment: the YAML schema and its checks ([`Experiment`]), the
+//! examples and jurors it names ([`prepare`]), every juror's pass through the durable
+//! cache (server judges all at once, in-process ones one at a time), the collected
+//! verdicts as a judgments matrix ([`JuryRun`]), and the judging files and manifest of
+//! an output directory ([`OutputLayout`]). Each stage returns a value; `jury run` calls
+//! them in order. Aggregation is not here: its options ride through [`Experiment`]'s
+//! type parameter. Also `rank --eval llm:`'s judge ([`LlmEvaluation`]).
 
 mod adaptive;
 mod dry_run;
@@ -12,7 +12,6 @@ mod experiment;
 mod judging;
 mod llm_eval;
 mod output;
-mod pipeline;
 mod record;
 mod stages;
 
@@ -25,6 +24,5 @@ pub use judging::{
 };
 pub use llm_eval::{LlmEvalConfig, LlmEvaluation};
 pub use output::{OutputLayout, manifest, write_judging, write_manifest};
-pub use pipeline::{Aggregation, run_experiment};
 pub use record::{Examples, JudgeRecord, JuryRun};
 pub use stages::{Prepared, jurors, prepare, sample_examples};

@@ -126,6 +126,37 @@ fn every_declared_dependency_is_used() {
     assert!(unused.is_empty(), "declared but never named in src/: {unused:?}");
 }
 
+/// Only jury-judge knows mistral.rs: no other crate depends on it (any kind of
+/// dependency) or names its crates in code, and its engine's rules live there too.
+#[test]
+fn only_jury_judge_knows_mistralrs() {
+    let meta = metadata();
+    let mut offenders = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        if name == "jury-judge" {
+            continue;
+        }
+        for d in p["dependencies"].as_array().unwrap() {
+            if d["name"].as_str().unwrap().starts_with("mistralrs") {
+                offenders.push(format!("{name} depends on {}", d["name"]));
+            }
+        }
+        let dir = PathBuf::from(p["manifest_path"].as_str().unwrap()).parent().unwrap().to_path_buf();
+        let mut files = Vec::new();
+        sources(&dir, &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            // Spelled in pieces so that this file does not name them itself.
+            let names = [["mistralrs", "::"].concat(), ["mistralrs", "_core"].concat(), ["use ", "mistralrs"].concat()];
+            if names.iter().any(|n| text.contains(n.as_str())) {
+                offenders.push(format!("{} names mistralrs", f.display()));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{offenders:?}");
+}
+
 /// The output file names, each spelled once: in `jury_io::layout`. Library and program
 /// code (test modules aside) takes them from there.
 #[test]
