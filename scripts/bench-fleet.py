@@ -47,7 +47,7 @@ dataset:
   path: {data}
 prompt: {repo}/prompts/demo-facts.yaml
 judges:
-{judges}{"adaptive: {target: 0.95, min_judges: 2, warmup: 0.1, seed: 0, posterior: ds}" if adaptive else ""}
+{judges}{"adaptive: {target: 0.95, min_judges: 2, warmup: 0.1, seed: 0, stopping_model: ds}" if adaptive else ""}
 aggregate:
   methods: [mv]
 output: {out}

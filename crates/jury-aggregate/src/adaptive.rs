@@ -38,12 +38,12 @@ use crate::{
 /// replay's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoppingModel {
-    /// The recommended stopping model: [`StoppingModel::Gauss`] for two classes and at
-    /// most [`MAX_CORRELATED_JUDGES`] judges, Dawid-Skene otherwise. (The adaptive
-    /// settings were chosen with it; care-gauss, the recommended aggregation, stops far
-    /// below its full jury on the pairwise sets, docs/reproduction/adaptive.md.)
+    /// [`StoppingModel::Gauss`] for two classes and at most [`MAX_CORRELATED_JUDGES`]
+    /// judges, Dawid-Skene otherwise. (The adaptive settings were chosen with it;
+    /// care-gauss stops far below its full jury on the pairwise sets,
+    /// docs/reproduction/adaptive.md.)
     #[default]
-    Recommended,
+    Auto,
     /// Dawid-Skene, each answer read as a vote for its most likely class.
     DawidSkene,
     /// The correlated Gaussian over the judges' log-odds (`gauss`), marginalised to the
@@ -59,30 +59,30 @@ impl StoppingModel {
     /// Every model by its name in configs and flags, which is its method's name in
     /// `jury aggregate`.
     pub const ALL: [(&'static str, StoppingModel); 4] = [
-        ("recommended", StoppingModel::Recommended),
+        ("auto", StoppingModel::Auto),
         ("ds", StoppingModel::DawidSkene),
         ("gauss", StoppingModel::Gauss),
         ("care-gauss", StoppingModel::CareGauss),
     ];
 
     pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(_, m)| *m == self).map_or("recommended", |(n, _)| n)
+        Self::ALL.iter().find(|(_, m)| *m == self).map_or("auto", |(n, _)| n)
     }
 
     /// The model of a name; the error lists the names.
     pub fn from_name(name: &str) -> Result<StoppingModel, String> {
         Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, m)| *m).ok_or_else(|| {
             let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
-            format!("unknown stopping posterior `{name}` (expected one of: {})", names.join(", "))
+            format!("unknown stopping model `{name}` (expected one of: {})", names.join(", "))
         })
     }
 
     /// The model this stands for on a jury of `n_judges` judges and `n_classes` classes:
-    /// never `Recommended`.
+    /// never `Auto`.
     pub fn resolve(self, n_classes: usize, n_judges: usize) -> StoppingModel {
         match self {
-            StoppingModel::Recommended if n_classes == 2 && n_judges <= MAX_CORRELATED_JUDGES => StoppingModel::Gauss,
-            StoppingModel::Recommended => StoppingModel::DawidSkene,
+            StoppingModel::Auto if n_classes == 2 && n_judges <= MAX_CORRELATED_JUDGES => StoppingModel::Gauss,
+            StoppingModel::Auto => StoppingModel::DawidSkene,
             other => other,
         }
     }
@@ -170,7 +170,7 @@ pub struct AdaptiveConfig {
     /// starts them in one (each round reloads its models).
     pub chunks: Option<usize>,
     /// Whose posterior stops an example.
-    pub model: StoppingModel,
+    pub stopping_model: StoppingModel,
     pub ds: DawidSkeneConfig,
 }
 
@@ -183,7 +183,7 @@ impl Default for AdaptiveConfig {
             seed: 0,
             refit_every: 1000,
             chunks: None,
-            model: StoppingModel::default(),
+            stopping_model: StoppingModel::default(),
             ds: DawidSkeneConfig::default(),
         }
     }
@@ -499,7 +499,7 @@ impl AdaptivePlan {
 
     fn fit(&self) -> Result<Fit, AggregateError> {
         let revealed = self.revealed()?;
-        match self.cfg.model.resolve(self.n_classes, self.judge_names.len()) {
+        match self.cfg.stopping_model.resolve(self.n_classes, self.judge_names.len()) {
             StoppingModel::Gauss => Ok(Fit::Gauss(CorrelatedGaussian::new(self.cfg.ds).fit(&revealed)?)),
             StoppingModel::CareGauss => Ok(Fit::Gauss(CareGaussian::new(self.cfg.ds.ties).fit(&revealed)?)),
             _ => match DawidSkene::new(self.cfg.ds).aggregate(&revealed)?.diagnostics() {
@@ -644,7 +644,7 @@ pub fn replay_adaptive(
         rounds += 1;
     }
     let sub = revealed_judgments(j, &revealed)?;
-    let labels = cfg.model.labels(&sub, cfg.ds)?;
+    let labels = cfg.stopping_model.labels(&sub, cfg.ds)?;
     let mut calls_per_judge = vec![0; k];
     for (idx, (_, judge, _)) in j.entries().enumerate() {
         calls_per_judge[judge] += usize::from(revealed[idx]);
@@ -772,7 +772,7 @@ mod tests {
         let full = model.labels(j, DawidSkeneConfig::default()).unwrap();
         let full_acc = accuracy(&full, &sim.truth);
         for (target, kept, loss, calls) in [(0.9, 0.95, 0.02, 0.5), (0.99, 0.99, 0.005, 0.6)] {
-            let cfg = AdaptiveConfig { model, target, ..AdaptiveConfig::default() };
+            let cfg = AdaptiveConfig { stopping_model: model, target, ..AdaptiveConfig::default() };
             let r = replay_adaptive(j, &cfg, equal(j)).unwrap();
             let acc = accuracy(&r.labels, &sim.truth);
             let same = full.iter().zip(&r.labels).filter(|(a, b)| a == b).count() as f64 / full.len() as f64;
@@ -783,12 +783,12 @@ mod tests {
             assert_eq!(r.calls_per_judge.iter().sum::<usize>(), r.calls);
             assert_eq!(r, replay_adaptive(j, &cfg, equal(j)).unwrap());
         }
-        // The default is the recommended stopping model: gauss for two classes.
-        assert_eq!(AdaptiveConfig::default().model.resolve(2, 8), StoppingModel::Gauss);
-        assert_eq!(AdaptiveConfig::default().model.resolve(3, 8), StoppingModel::DawidSkene);
+        // The default stopping model, `auto`: gauss for two classes.
+        assert_eq!(AdaptiveConfig::default().stopping_model.resolve(2, 8), StoppingModel::Gauss);
+        assert_eq!(AdaptiveConfig::default().stopping_model.resolve(3, 8), StoppingModel::DawidSkene);
         assert_eq!(StoppingModel::from_name("gauss"), Ok(StoppingModel::Gauss));
         assert_eq!(StoppingModel::from_name("care-gauss"), Ok(StoppingModel::CareGauss));
-        assert!(StoppingModel::from_name("mv").unwrap_err().contains("recommended, ds, gauss, care-gauss"));
+        assert!(StoppingModel::from_name("mv").unwrap_err().contains("auto, ds, gauss, care-gauss"));
     }
 
     /// A target of 1 is never reached: every example asks every judge, and the labels
@@ -798,7 +798,7 @@ mod tests {
         let sim = good_jury(5);
         let j = &sim.judgments;
         for model in [StoppingModel::Gauss, StoppingModel::CareGauss, StoppingModel::DawidSkene] {
-            let cfg = AdaptiveConfig { target: 1.0, model, ..AdaptiveConfig::default() };
+            let cfg = AdaptiveConfig { target: 1.0, stopping_model: model, ..AdaptiveConfig::default() };
             let r = replay_adaptive(j, &cfg, equal(j)).unwrap();
             assert_eq!(r.calls, r.full_calls);
             assert_eq!(r.labels, model.labels(j, cfg.ds).unwrap());
@@ -827,7 +827,7 @@ mod tests {
             .into_iter()
             .flat_map(|m| [(m, StoppingModel::Gauss), (m, StoppingModel::CareGauss), (m, StoppingModel::DawidSkene)])
         {
-            let cfg = AdaptiveConfig { min_judges, model, ..AdaptiveConfig::default() };
+            let cfg = AdaptiveConfig { min_judges, stopping_model: model, ..AdaptiveConfig::default() };
             let plan = drive(j, &cfg, JudgeOrder::ByCost(vec![1.0; 8]), &|_, _| false);
             let mut at_minimum = 0;
             for d in plan.decisions() {

@@ -102,8 +102,8 @@ fn care_follows_the_leading_factor_even_when_it_is_a_family() {
 fn the_adaptive_jury_keeps_the_gaussians_verdicts_with_fewer_calls() {
     let (j, l) = jury(4000, 1.6, 0.0, 3);
     let default = AdaptiveConfig::default();
-    assert_eq!((default.target, default.model.resolve(2, j.n_judges())), (0.9, StoppingModel::Gauss));
-    let full = default.model.labels(&j, default.ds).unwrap();
+    assert_eq!((default.target, default.stopping_model.resolve(2, j.n_judges())), (0.9, StoppingModel::Gauss));
+    let full = default.stopping_model.labels(&j, default.ds).unwrap();
     let full_acc = accuracy(&full, &l).unwrap();
     let r = replay_adaptive(&j, &default, JudgeOrder::ByCost(vec![1.0; j.n_judges()])).unwrap();
     let acc = accuracy(&r.labels, &l).unwrap();

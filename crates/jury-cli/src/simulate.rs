@@ -74,10 +74,10 @@ struct AdaptiveArgs {
     /// change its verdict reaches this.
     #[arg(long, default_value_t = AdaptiveConfig::default().target)]
     target: f64,
-    /// The model whose predictive stops examples and labels them: recommended (gauss
-    /// for two classes, ds otherwise), gauss, care-gauss or ds.
-    #[arg(long, default_value = "recommended", value_parser = StoppingModel::from_name)]
-    posterior: StoppingModel,
+    /// The model whose predictive stops examples and labels them: auto (gauss for two
+    /// classes, ds otherwise), gauss, care-gauss or ds.
+    #[arg(long, default_value = "auto", value_parser = StoppingModel::from_name)]
+    stopping_model: StoppingModel,
     /// Share of the examples every judge answers first (drawn by --seed).
     #[arg(long, default_value_t = AdaptiveConfig::default().warmup)]
     warmup: f64,
@@ -150,7 +150,7 @@ fn adaptive(args: AdaptiveArgs) -> Result<()> {
             warmup: args.warmup,
             min_judges: args.min_judges,
             seed: args.seed,
-            model: args.posterior,
+            stopping_model: args.stopping_model,
             ..AdaptiveConfig::default()
         },
         targets: args.targets,

@@ -63,7 +63,7 @@ pub fn adaptive_study(
     let replay = |cfg: &AdaptiveConfig| -> Result<AdaptiveReplay, StudyError> {
         Ok(replay_adaptive(j, cfg, JudgeOrder::ByCost(costs.clone()))?)
     };
-    let full = s.chosen.model.labels(j, s.chosen.ds)?;
+    let full = s.chosen.stopping_model.labels(j, s.chosen.ds)?;
     let chosen = replay(&s.chosen)?;
     let mut curve = Vec::new();
     for &target in &s.targets {
@@ -94,7 +94,7 @@ pub fn adaptive_study(
     Ok(AdaptiveStudy {
         accuracy: score(&chosen.labels),
         full_accuracy: score(&full),
-        method: s.chosen.model.method_name(j.n_classes(), j.n_judges()).to_owned(),
+        method: s.chosen.stopping_model.method_name(j.n_classes(), j.n_judges()).to_owned(),
         calls: chosen.calls,
         full_calls: chosen.full_calls,
         target: s.chosen.target,

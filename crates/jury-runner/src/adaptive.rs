@@ -96,7 +96,7 @@ impl Adaptive {
             min_judges: self.min_judges,
             warmup: self.warmup,
             seed: self.seed,
-            model: self.posterior,
+            stopping_model: self.stopping_model,
             chunks: Some((2 * servers).max(1)),
             ..AdaptiveConfig::default()
         }
@@ -239,7 +239,7 @@ mod tests {
     fn the_defaults_are_the_replays() {
         let (a, d) = (Adaptive::default(), jury_aggregate::AdaptiveConfig::default());
         assert_eq!((a.target, a.min_judges, a.warmup, a.seed), (d.target, d.min_judges, d.warmup, d.seed));
-        assert_eq!(a.posterior, d.model);
+        assert_eq!(a.stopping_model, d.stopping_model);
         assert_eq!(a.order, None);
     }
 }

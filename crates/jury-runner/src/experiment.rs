@@ -131,10 +131,10 @@ pub struct Adaptive {
     /// (`cost`), then by the warm-up's estimated skill.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order: Option<Vec<String>>,
-    /// The model whose predictive stops examples: `recommended` (gauss for two classes),
-    /// `gauss`, `care-gauss` or `ds`.
-    #[serde(with = "stopping_model")]
-    pub posterior: StoppingModel,
+    /// The model whose predictive stops examples: `auto` (gauss for two classes, ds
+    /// otherwise), `gauss`, `care-gauss` or `ds`.
+    #[serde(with = "by_name")]
+    pub stopping_model: StoppingModel,
 }
 
 impl Default for Adaptive {
@@ -146,13 +146,13 @@ impl Default for Adaptive {
             warmup: d.warmup,
             seed: d.seed,
             order: None,
-            posterior: d.model,
+            stopping_model: d.stopping_model,
         }
     }
 }
 
-/// `posterior:` by its name (jury-aggregate's names, which are the methods').
-mod stopping_model {
+/// `stopping_model:` by its name (jury-aggregate's names, which are the methods').
+mod by_name {
     use jury_aggregate::StoppingModel;
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -599,9 +599,9 @@ mod tests {
         let judges = "judges:\n  - {name: a, model_id: m, cost: 2}\n  - {name: b, model_id: n}\n";
         let ok = parse(&format!("{HEAD}{judges}adaptive: {{target: 0.9}}\n")).unwrap();
         let a = ok.adaptive.unwrap();
-        assert_eq!((a.target, a.min_judges, a.warmup, a.posterior), (0.9, 2, 0.05, StoppingModel::Recommended));
-        let ds = parse(&format!("{HEAD}{judges}adaptive: {{posterior: ds}}\n")).unwrap();
-        assert_eq!(ds.adaptive.unwrap().posterior, StoppingModel::DawidSkene);
+        assert_eq!((a.target, a.min_judges, a.warmup, a.stopping_model), (0.9, 2, 0.05, StoppingModel::Auto));
+        let ds = parse(&format!("{HEAD}{judges}adaptive: {{stopping_model: ds}}\n")).unwrap();
+        assert_eq!(ds.adaptive.unwrap().stopping_model, StoppingModel::DawidSkene);
         assert_eq!(ok.judges[0].cost, Some(2.0));
         for (bad, says) in [
             ("adaptive: {target: 1.5}", "`target` and `warmup` must be in (0, 1]"),
@@ -613,8 +613,8 @@ mod tests {
             ("adaptive: {order: [b]}", "`order` leaves out judge `a`"),
             ("adaptive: {bogus: 1}", "unknown field `bogus`"),
             (
-                "adaptive: {posterior: mv}",
-                "unknown stopping posterior `mv` (expected one of: recommended, ds, gauss, care-gauss)",
+                "adaptive: {stopping_model: mv}",
+                "unknown stopping model `mv` (expected one of: auto, ds, gauss, care-gauss)",
             ),
         ] {
             let e = parse(&format!("{HEAD}{judges}{bad}\n")).unwrap_err().to_string();
