@@ -7,13 +7,13 @@
 //! before publishing drops the folder, which leaves it as it was (one this command
 //! created goes).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use jury_combine::{AggregateOptions, Settings, Study};
-use jury_core::Labels;
+use jury_core::{Judgments, Labels};
 use jury_io::layout::{METRICS, PREDICTIONS};
-use jury_io::{OutputDir, Owner, read_judgments, read_labels};
+use jury_io::{CalibrationLabels, OutputDir, Owner, read_judgments, read_labels};
 use jury_neural::Note;
 
 #[derive(clap::Args)]
@@ -74,21 +74,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
     settings.resolve_encoder()?;
     let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     let (judgments, labels) = args.files.read()?;
-    let calibration = match &args.calibration {
-        Some(path) => Some(jury_io::read_calibration(path, &judgments)?),
-        None => None,
-    };
-    let (labels, dropped) = match (labels, &calibration) {
-        (Some(l), Some(c)) => {
-            let (kept, dropped) = jury_combine::scoring_labels(&l, c);
-            (Some(kept), dropped)
-        }
-        (labels, _) => (labels, 0),
-    };
+    let (labels, calibration) = with_calibration(&judgments, labels, args.calibration.as_deref())?;
     let study = jury_combine::run_calibrated(
         &judgments,
         labels.as_ref(),
-        calibration.as_ref().map(|c| (c, dropped)),
+        calibration.as_ref().map(|(c, dropped)| (c, *dropped)),
         &settings,
         &print_note,
     )?;
@@ -97,6 +87,28 @@ pub(crate) fn run(args: Args) -> Result<()> {
     crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;
     out.publish()?;
     Ok(())
+}
+
+/// Calibration labels, and how many reference labels they took out of scoring.
+pub(crate) type Calibration = (CalibrationLabels, usize);
+
+/// The calibration labels of `jury aggregate --calibration` and a run's `calibration:`,
+/// read against `judgments`, and the reference labels left to score on: those of the
+/// calibration examples are dropped (how many, beside the calibration labels).
+pub(crate) fn with_calibration(
+    judgments: &Judgments,
+    labels: Option<Labels>,
+    calibration: Option<&Path>,
+) -> Result<(Option<Labels>, Option<Calibration>)> {
+    let Some(path) = calibration else { return Ok((labels, None)) };
+    let calibration = jury_io::read_calibration(path, judgments)?;
+    Ok(match labels {
+        Some(l) => {
+            let (kept, dropped) = jury_combine::scoring_labels(&l, &calibration);
+            (Some(kept), Some((calibration, dropped)))
+        }
+        None => (None, Some((calibration, 0))),
+    })
 }
 
 /// Writes a study's files into `staging` (to be published as `out`) and prints its table.

@@ -90,18 +90,12 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     if contexts.is_some() {
         settings.read_contexts_from(layout.contexts());
     }
-    let calibration = match &exp.calibration {
-        Some(c) => Some(jury_io::read_calibration(&c.labels, &run.judgments)?),
-        None => None,
-    };
-    let (labels, dropped) = match &calibration {
-        Some(c) => jury_combine::scoring_labels(&run.labels, c),
-        None => (run.labels.clone(), 0),
-    };
+    let calibration = exp.calibration.as_ref().map(|c| c.labels.as_path());
+    let (labels, calibration) = aggregate::with_calibration(&run.judgments, Some(run.labels.clone()), calibration)?;
     let study = jury_combine::run_calibrated(
         &run.judgments,
-        Some(&labels),
-        calibration.as_ref().map(|c| (c, dropped)),
+        labels.as_ref(),
+        calibration.as_ref().map(|(c, dropped)| (c, *dropped)),
         &settings,
         &aggregate::print_note,
     )?;
@@ -118,7 +112,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     jury_runner::write_manifest(&layout, &manifest)?;
     let texts: HashMap<String, String> =
         run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
-    crate::report::write(layout.staging_dir(), &run.judgments, Some(&labels), Some(&texts))?;
+    crate::report::write(layout.staging_dir(), &run.judgments, labels.as_ref(), Some(&texts))?;
     layout.publish()?;
     Ok(())
 }
