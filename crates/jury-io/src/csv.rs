@@ -1,11 +1,11 @@
-//! CSV split by jury rather than polars: RFC 4180 in one linear pass, every record checked
-//! against the header's width, and every problem reported with the line it starts on.
+//! CSV split by jury: RFC 4180 in one linear pass, every record checked against the
+//! header's width, and every problem reported with the line it starts on.
 //!
-//! Polars' splitter takes a short row for one with nulls, names no line for a bad one
-//! and slows down quadratically on one very long line; jury's tables are small enough
-//! in columns that a hand-written splitter is simple.
+//! Library splitters tried before took a short row for one with nulls, named no line
+//! for a bad one or slowed down quadratically on one very long line; jury's tables are
+//! small enough in columns that a hand-written splitter is simple.
 
-use polars::prelude::*;
+use crate::columns::{Columns, Value};
 
 /// A cell of a record: a slice of the text, or (for a quoted field with `""` escapes)
 /// an index into the record's unescaped strings.
@@ -159,55 +159,32 @@ pub(crate) fn header(text: &str) -> Result<Option<Vec<String>>, Malformed> {
     }
 }
 
-/// A DataFrame of text columns from CSV text (see [`scan`]); an empty field is null.
-pub(crate) fn frame(text: &str) -> Result<DataFrame, Malformed> {
-    let mut names: Option<Vec<String>> = None;
-    let mut columns: Vec<Vec<Option<Cell>>> = Vec::new();
-    // The unescaped strings of every record, so cells stay 12 bytes each.
-    let mut owned: Vec<String> = Vec::new();
+/// The text columns of CSV text (see [`scan`]); an empty field is an empty cell.
+pub(crate) fn frame(text: &str) -> Result<Columns, Malformed> {
+    let mut columns: Option<Columns> = None;
     scan(
         text,
         |m| m,
         |r| {
-            if names.is_none() {
-                names = Some(header_names(r)?);
-                columns = vec![Vec::new(); r.len()];
+            let Some(cols) = columns.as_mut() else {
+                columns = Some(Columns::with_names(header_names(r)?).map_err(|e| (r.line, format!("header: {e}")))?);
                 return Ok(());
+            };
+            // `scan` checked the record against the header's width.
+            for (c, cells) in cols.cells.iter_mut().enumerate() {
+                cells.push(r.get(c).map_or(Value::Null, |v| Value::Text(v.to_owned())));
             }
-            for (col, cell) in columns.iter_mut().zip(r.cells) {
-                col.push(match *cell {
-                    Some(Cell::Owned(k)) => {
-                        owned.push(r.owned[k as usize].clone());
-                        Some(Cell::Owned((owned.len() - 1) as u32))
-                    }
-                    other => other,
-                });
-            }
+            cols.end_row();
             Ok(())
         },
     )?;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let height = columns.first().map_or(0, Vec::len);
-    let cols = names
-        .unwrap_or_default()
-        .iter()
-        .zip(columns)
-        .map(|(name, cells)| {
-            let values = cells.into_iter().map(|c| match c {
-                Some(Cell::Span(a, z)) => Some(&text[a as usize..z as usize]),
-                Some(Cell::Owned(k)) => Some(owned[k as usize].as_str()),
-                None => None,
-            });
-            StringChunked::from_iter_options(name.as_str().into(), values).into_series().into_column()
-        })
-        .collect();
-    DataFrame::new(height, cols)
-        .map_err(|e| (1, format!("header: {}", e.to_string().lines().next().unwrap_or_default())))
+    Ok(columns.unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::frame;
+    use crate::columns::Value;
 
     #[test]
     fn csv_is_split_by_rfc_4180_and_a_bad_record_names_its_line() {
@@ -218,11 +195,10 @@ mod tests {
         assert_eq!(check("a,b\n1,\"2\n3,4\n"), Some((2, "a quoted field is never closed".into())));
         assert_eq!(check("a,b\n\"multi\nline\",2\n5,6,7\n"), Some((4, "3 fields, the header has 2".into())));
         assert_eq!(check("a,a\n1,2\n"), Some((1, "header: column `a` appears twice".into())));
-        let df = frame("\u{feff}a,b\r\n1,\"say \"\"hi\"\"\"\r\n,\"x,\ny\"\r\n\n").unwrap();
-        assert_eq!(df.height(), 2);
-        let a: Vec<Option<&str>> = df.column("a").unwrap().str().unwrap().iter().collect();
-        let b: Vec<Option<&str>> = df.column("b").unwrap().str().unwrap().iter().collect();
-        assert_eq!(a, [Some("1"), None]);
-        assert_eq!(b, [Some("say \"hi\""), Some("x,\ny")]);
+        let cols = frame("\u{feff}a,b\r\n1,\"say \"\"hi\"\"\"\r\n,\"x,\ny\"\r\n\n").unwrap();
+        assert_eq!((cols.names.as_slice(), cols.height), (&["a".to_owned(), "b".to_owned()][..], 2));
+        let text = |s: &str| Value::Text(s.into());
+        assert_eq!(cols.cells[0], [text("1"), Value::Null]);
+        assert_eq!(cols.cells[1], [text("say \"hi\""), text("x,\ny")]);
     }
 }

@@ -1,5 +1,5 @@
 //! Judgment, label, comparison and response tables on disk (CSV, JSON Lines, JSON, Parquet) and atomic output
-//! files. The only crate that knows polars or file formats.
+//! files. The only crate that knows file formats (and the parquet crate).
 //!
 //! Invariant: every error names the file, and for bad values the line (CSV, JSON Lines)
 //! or row (JSON array, Parquet) and column, so a user can fix the input without
@@ -7,6 +7,7 @@
 //! into place, so a reader never sees a half-written file.
 
 mod calibration;
+mod columns;
 mod csv;
 mod input;
 pub mod layout;

@@ -23,8 +23,7 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<Comparison>, IoError> {
     let mut seen: HashMap<(String, String, String, String), usize> = HashMap::new();
     let mut out = Vec::with_capacity(votes.len());
     for (i, vote) in votes.iter().enumerate() {
-        // The four text columns were checked to have no empty cell.
-        let text = |c: &polars::prelude::StringChunked| c.get(i).unwrap_or_default().trim().to_owned();
+        let text = |c: &[String]| c[i].trim().to_owned();
         let vote = vote.as_deref();
         let row = Comparison {
             comparison_id: text(&ids),
@@ -92,8 +91,8 @@ pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
     let (mut model_names, mut prompt_names) = (Vec::new(), Vec::new());
     let mut entries = Vec::with_capacity(responses.len());
     for (i, response) in responses.into_iter().enumerate() {
-        let m = models.get(i).unwrap_or_default().trim().to_owned();
-        let d = prompts.get(i).unwrap_or_default().trim().to_owned();
+        let m = models[i].trim().to_owned();
+        let d = prompts[i].trim().to_owned();
         let mi = *model_ix.entry(m.clone()).or_insert_with(|| {
             model_names.push(m.clone());
             model_names.len() - 1
@@ -127,7 +126,7 @@ pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
         Some(texts) => {
             let mut out: Vec<Option<(usize, String)>> = vec![None; prompt_names.len()];
             for (i, text) in texts.into_iter().enumerate() {
-                let di = prompt_ix[prompts.get(i).unwrap_or_default().trim()];
+                let di = prompt_ix[prompts[i].trim()];
                 let text = text.unwrap_or_default();
                 match &out[di] {
                     Some((first, seen)) if *seen != text => {

@@ -1,4 +1,4 @@
-//! Reads the long judgments table and the labels table through polars.
+//! Reads the long judgments table and the labels table.
 //!
 //! Judgments: one row per (example, judge) with columns `example_id`, `judge` and
 //! either `p` (binary: probability of the positive class), `probs` (a list of C
@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
-use polars::prelude::*;
 
 use crate::IoError;
+use crate::columns::{Columns, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -53,70 +53,50 @@ impl Format {
 pub(crate) struct Table {
     path: PathBuf,
     pub(crate) format: Format,
-    df: DataFrame,
+    columns: Columns,
 }
 
 impl Table {
     pub(crate) fn load(path: &Path) -> Result<Self, IoError> {
         let format = Format::of(path)?;
         let bytes = read_bytes(path)?;
-        // Polars' messages are written for its Python API: cut to their first line, and
-        // for JSON only the fallback when the line at fault is found here.
-        let first_line = |e: PolarsError| e.to_string().lines().next().unwrap_or_default().to_owned();
-        let df = match format {
+        let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
+        let columns = match format {
             // Every CSV column is read as text and parsed here, so a bad value is reported
             // with its line instead of silently becoming null or changing a column's type.
-            // CSV is split here, not by polars: its splitter takes a short row for one
-            // with nulls, names no line for a bad one, and slows down quadratically on
-            // one very long line (a 64 MB field took seconds).
-            Format::Csv => {
-                let text = utf8(path, bytes)?;
-                crate::csv::frame(&text).map_err(|(line, reason)| IoError::Malformed {
-                    path: path.to_owned(),
-                    line,
-                    reason,
-                })?
-            }
-            Format::JsonLines | Format::JsonArray => {
-                let json_format = if format == Format::JsonLines { JsonFormat::JsonLines } else { JsonFormat::Json };
-                let read = JsonReader::new(std::io::Cursor::new(&bytes))
-                    .with_json_format(json_format)
-                    .infer_schema_len(None)
-                    .finish();
-                read.map_err(|e| match malformed_line(&bytes, format) {
-                    Some((line, reason)) => IoError::Malformed { path: path.to_owned(), line, reason },
-                    None => IoError::Read { path: path.to_owned(), source: first_line(e).into() },
-                })?
-            }
-            // Parquet is binary: a file polars cannot read is not Parquet, whatever its bytes.
-            Format::Parquet => {
-                ParquetReader::new(std::io::Cursor::new(&bytes)).finish().map_err(|e| IoError::Read {
-                    path: path.to_owned(),
-                    source: format!("not a valid Parquet file ({})", first_line(e)).into(),
-                })?
-            }
+            Format::Csv => crate::csv::frame(&utf8(path, bytes)?).map_err(malformed)?,
+            Format::JsonLines => crate::columns::json_lines(&utf8(path, bytes)?).map_err(malformed)?,
+            Format::JsonArray => crate::columns::json_array(&utf8(path, bytes)?).map_err(malformed)?,
+            // Parquet is binary: a file the reader refuses is not Parquet, whatever its bytes.
+            Format::Parquet => crate::columns::parquet(bytes).map_err(|e| IoError::Read {
+                path: path.to_owned(),
+                source: format!("not a valid Parquet file ({})", e.lines().next().unwrap_or_default()).into(),
+            })?,
         };
-        if df.height() == 0 {
+        if columns.height == 0 {
             return Err(IoError::Empty { path: path.to_owned() });
         }
-        Ok(Self { path: path.to_owned(), format, df })
+        Ok(Self { path: path.to_owned(), format, columns })
     }
 
     pub(crate) fn has(&self, name: &str) -> bool {
-        self.df.column(name).is_ok()
+        self.columns.names.iter().any(|n| n == name)
     }
 
     fn column_names(&self) -> String {
-        let names: Vec<String> = self.df.get_column_names().iter().map(|n| format!("`{n}`")).collect();
+        let names: Vec<String> = self.columns.names.iter().map(|n| format!("`{n}`")).collect();
         names.join(", ")
     }
 
-    fn series(&self, name: &str) -> Result<Series, IoError> {
-        self.df.column(name).map(|c| c.as_materialized_series().clone()).map_err(|_| IoError::MissingColumn {
-            path: self.path.clone(),
-            column: name.to_owned(),
-            found: self.column_names(),
-        })
+    fn column(&self, name: &str) -> Result<&[Value], IoError> {
+        match self.columns.names.iter().position(|n| n == name) {
+            Some(c) => Ok(&self.columns.cells[c]),
+            None => Err(IoError::MissingColumn {
+                path: self.path.clone(),
+                column: name.to_owned(),
+                found: self.column_names(),
+            }),
+        }
     }
 
     pub(crate) fn field_err(&self, row: usize, column: &str, reason: impl Into<String>) -> IoError {
@@ -141,103 +121,81 @@ impl Table {
         IoError::Entry { path: self.path.clone(), row: self.format.locate(row), source }
     }
 
-    /// A text column (numbers are accepted and printed as text); null stays `None`.
+    /// A text column (numbers and booleans are accepted and printed as text); an empty
+    /// cell stays `None`.
     pub(crate) fn strings(&self, name: &str) -> Result<Vec<Option<String>>, IoError> {
-        Ok(self.text(name)?.iter().map(|v| v.map(str::to_owned)).collect())
-    }
-
-    /// A text column as polars holds it (no copy per cell).
-    fn text(&self, name: &str) -> Result<StringChunked, IoError> {
-        let s = self.series(name)?;
-        let s = if s.dtype() == &DataType::String {
-            s
-        } else if s.dtype().is_primitive_numeric() || s.dtype().is_bool() {
-            s.cast(&DataType::String).map_err(|e| self.column_err(name, e.to_string()))?
-        } else {
-            return Err(self.column_err(name, format!("has type {}, expected text", s.dtype())));
-        };
-        s.str().cloned().map_err(|e| self.column_err(name, e.to_string()))
+        let cells = self.column(name)?;
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Null => Ok(None),
+                Value::Text(t) => Ok(Some(t.clone())),
+                Value::Int(x) => Ok(Some(x.to_string())),
+                // As Rust writes a float that round-trips: 1.0 stays "1.0".
+                Value::Float(x) => Ok(Some(format!("{x:?}"))),
+                Value::Bool(b) => Ok(Some(b.to_string())),
+                other => Err(self.field_err(i, name, format!("{}, expected text", other.kind()))),
+            })
+            .collect()
     }
 
     /// A numeric column; text cells are parsed, and a cell that is not a number is an
     /// error naming its row.
     fn floats(&self, name: &str) -> Result<Vec<Option<f64>>, IoError> {
-        let s = self.series(name)?;
-        // A JSON column whose every value is null has no type of its own.
-        if s.dtype() == &DataType::Null {
-            return Ok(vec![None; s.len()]);
-        }
-        if s.dtype() == &DataType::String {
-            let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
-            return ca
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v.map(str::trim) {
-                    None | Some("") => Ok(None),
-                    Some(t) => t
+        let cells = self.column(name)?;
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Null => Ok(None),
+                Value::Int(x) => Ok(Some(*x as f64)),
+                Value::Float(x) => Ok(Some(*x)),
+                Value::Bool(b) => Ok(Some(f64::from(u8::from(*b)))),
+                Value::Text(t) => match t.trim() {
+                    "" => Ok(None),
+                    t => t
                         .parse::<f64>()
                         .map(Some)
                         .map_err(|_| self.field_err(i, name, format!("`{t}` is not a number"))),
-                })
-                .collect();
-        }
-        if !(s.dtype().is_primitive_numeric() || s.dtype().is_bool()) {
-            return Err(self.column_err(name, format!("has type {}, expected numbers", s.dtype())));
-        }
-        let s = s.cast(&DataType::Float64).map_err(|e| self.column_err(name, e.to_string()))?;
-        let ca = s.f64().map_err(|e| self.column_err(name, e.to_string()))?;
-        Ok(ca.iter().collect())
+                },
+                other => Err(self.field_err(i, name, format!("{}, expected a number", other.kind()))),
+            })
+            .collect()
     }
 
     /// A list-of-numbers column; in text formats each cell holds a JSON array.
     fn float_lists(&self, name: &str) -> Result<Vec<Option<Vec<f64>>>, IoError> {
-        let s = self.series(name)?;
-        match s.dtype() {
-            DataType::Null => Ok(vec![None; s.len()]),
-            DataType::String => {
-                let ca = s.str().map_err(|e| self.column_err(name, e.to_string()))?;
-                ca.iter()
-                    .enumerate()
-                    .map(|(i, v)| match v.map(str::trim) {
-                        None | Some("") => Ok(None),
-                        Some(t) => serde_json::from_str::<Vec<f64>>(t)
-                            .map(Some)
-                            .map_err(|_| self.field_err(i, name, format!("`{t}` is not a JSON array of numbers"))),
-                    })
-                    .collect()
-            }
-            DataType::List(_) => {
-                let ca = s.list().map_err(|e| self.column_err(name, e.to_string()))?;
-                (0..ca.len())
-                    .map(|i| (i, ca.get_as_series(i)))
-                    .map(|(i, v)| match v {
-                        None => Ok(None),
-                        Some(inner) => {
-                            let f = inner
-                                .cast(&DataType::Float64)
-                                .map_err(|e| self.field_err(i, name, format!("not a list of numbers: {e}")))?;
-                            let ca = f.f64().map_err(|e| self.field_err(i, name, e.to_string()))?;
-                            ca.iter()
-                                .map(|x| {
-                                    x.ok_or_else(|| self.field_err(i, name, "list holds an empty or non-numeric value"))
-                                })
-                                .collect::<Result<Vec<f64>, _>>()
-                                .map(Some)
-                        }
-                    })
-                    .collect()
-            }
-            other => Err(self.column_err(name, format!("has type {other}, expected a list of numbers"))),
-        }
+        let cells = self.column(name)?;
+        let number = |i: usize, v: &Value| match v {
+            Value::Int(x) => Ok(*x as f64),
+            Value::Float(x) => Ok(*x),
+            _ => Err(self.field_err(i, name, "list holds an empty or non-numeric value")),
+        };
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Null => Ok(None),
+                Value::Text(t) => match t.trim() {
+                    "" => Ok(None),
+                    t => serde_json::from_str::<Vec<f64>>(t)
+                        .map(Some)
+                        .map_err(|_| self.field_err(i, name, format!("`{t}` is not a JSON array of numbers"))),
+                },
+                Value::List(items) => items.iter().map(|x| number(i, x)).collect::<Result<Vec<f64>, _>>().map(Some),
+                other => Err(self.field_err(i, name, format!("{}, expected a list of numbers", other.kind()))),
+            })
+            .collect()
     }
 
     /// A text column in which every cell must be non-empty.
-    pub(crate) fn required_text(&self, name: &str) -> Result<StringChunked, IoError> {
-        let ca = self.text(name)?;
-        if let Some(i) = ca.iter().position(|v| v.is_none_or(|v| v.trim().is_empty())) {
-            return Err(self.field_err(i, name, "empty value"));
-        }
-        Ok(ca)
+    pub(crate) fn required_text(&self, name: &str) -> Result<Vec<String>, IoError> {
+        self.strings(name)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| v.filter(|v| !v.trim().is_empty()).ok_or_else(|| self.field_err(i, name, "empty value")))
+            .collect()
     }
 }
 
@@ -275,9 +233,7 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
         ProbColumns::Lists(rows) => rows.iter().flatten().map(Vec::len).next().unwrap_or(2),
     };
     let mut builder = JudgmentsBuilder::new(n_classes).map_err(|e| t.entry_err(0, e))?;
-    // Both columns were checked to have no empty cell.
-    let rows = ids.iter().map(Option::unwrap_or_default).zip(judges.iter().map(Option::unwrap_or_default));
-    for (i, (id, judge)) in rows.enumerate() {
+    for (i, (id, judge)) in ids.iter().zip(&judges).enumerate() {
         let pushed = match &probs {
             ProbColumns::Binary(p) => match p[i] {
                 // Checked here so the error names the `p` the user wrote, not 1 - p.
@@ -554,35 +510,14 @@ fn read_text(path: &Path) -> Result<String, IoError> {
 /// `path`'s bytes as text; bytes that are not UTF-8 are an error naming their line.
 fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, IoError> {
     String::from_utf8(bytes).map_err(|e| {
-        let valid = e.utf8_error().valid_up_to();
-        let line = e.as_bytes()[..valid].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = line_of(e.as_bytes(), e.utf8_error().valid_up_to());
         IoError::Malformed { path: path.to_owned(), line, reason: "not UTF-8 text".to_owned() }
     })
 }
 
-/// The first line of a JSON file polars refused, and why: bytes that are not UTF-8; for
-/// JSON Lines a line that is not one JSON value; for a JSON array the position
-/// serde_json reports. `None` when none is found.
-fn malformed_line(bytes: &[u8], format: Format) -> Option<(usize, String)> {
-    let text = match std::str::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
-            return Some((line, "not UTF-8 text".into()));
-        }
-    };
-    match format {
-        // CSV never reaches polars: `csv::scan` reports its own lines; Parquet is binary.
-        Format::Csv | Format::Parquet => None,
-        Format::JsonLines => text.lines().enumerate().find_map(|(i, l)| {
-            let l = l.trim();
-            (!l.is_empty())
-                .then(|| serde_json::from_str::<serde_json::Value>(l).err())
-                .flatten()
-                .map(|e| (i + 1, format!("not a JSON value: {e}")))
-        }),
-        Format::JsonArray => serde_json::from_str::<serde_json::Value>(text).err().map(|e| (e.line(), e.to_string())),
-    }
+/// The line (1-based) that byte `offset` of `bytes` falls on.
+fn line_of(bytes: &[u8], offset: usize) -> usize {
+    bytes[..offset].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
 #[cfg(test)]
@@ -595,6 +530,34 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// A snappy-compressed Parquet file of `example_id`, `judge` (text) and `p` (an
+    /// optional double), written with the parquet crate's low-level writer.
+    fn write_parquet(path: &Path, ids: &[&str], judges: &[&str], p: &[Option<f64>]) {
+        use parquet::basic::Compression;
+        use parquet::data_type::{ByteArray, ByteArrayType, DoubleType};
+        use parquet::file::properties::WriterProperties;
+        use parquet::file::writer::SerializedFileWriter;
+        let schema = "message judgments { REQUIRED BYTE_ARRAY example_id (UTF8); \
+                      REQUIRED BYTE_ARRAY judge (UTF8); OPTIONAL DOUBLE p; }";
+        let schema = std::sync::Arc::new(parquet::schema::parser::parse_message_type(schema).unwrap());
+        let props = std::sync::Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).build());
+        let mut w = SerializedFileWriter::new(std::fs::File::create(path).unwrap(), schema, props).unwrap();
+        let mut group = w.next_row_group().unwrap();
+        for text in [ids, judges] {
+            let values: Vec<ByteArray> = text.iter().map(|t| ByteArray::from(*t)).collect();
+            let mut col = group.next_column().unwrap().unwrap();
+            col.typed::<ByteArrayType>().write_batch(&values, None, None).unwrap();
+            col.close().unwrap();
+        }
+        let values: Vec<f64> = p.iter().flatten().copied().collect();
+        let levels: Vec<i16> = p.iter().map(|x| i16::from(x.is_some())).collect();
+        let mut col = group.next_column().unwrap().unwrap();
+        col.typed::<DoubleType>().write_batch(&values, Some(&levels), None).unwrap();
+        col.close().unwrap();
+        group.close().unwrap();
+        w.close().unwrap();
     }
 
     #[test]
@@ -612,13 +575,12 @@ mod tests {
             "[{\"example_id\":\"1\",\"judge\":\"a\",\"p\":0.9},{\"example_id\":\"1\",\"judge\":\"b\",\"p\":null},{\"example_id\":\"2\",\"judge\":\"a\",\"p\":0.25},{\"example_id\":\"2\",\"judge\":\"b\",\"p\":0.5}]",
         );
         let parquet = dir.path().join("j.parquet");
-        let mut df = df!(
-            "example_id" => ["1", "1", "2", "2"],
-            "judge" => ["a", "b", "a", "b"],
-            "p" => [Some(0.9), None, Some(0.25), Some(0.5)],
-        )
-        .unwrap();
-        ParquetWriter::new(std::fs::File::create(&parquet).unwrap()).finish(&mut df).unwrap();
+        write_parquet(
+            &parquet,
+            &["1", "1", "2", "2"],
+            &["a", "b", "a", "b"],
+            &[Some(0.9), None, Some(0.25), Some(0.5)],
+        );
 
         let want = read_judgments(&csv).unwrap();
         assert_eq!(want.example_ids(), ["1", "2"]);
