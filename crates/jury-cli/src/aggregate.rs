@@ -15,6 +15,7 @@ use jury_core::{Judgments, Labels};
 use jury_io::layout::{METRICS, PREDICTIONS};
 use jury_io::{CalibrationLabels, OutputDir, Owner, read_judgments, read_labels};
 use jury_neural::Note;
+use jury_report::RunResults;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -82,9 +83,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
         &settings,
         &print_note,
     )?;
-    write(&study, out.staging_dir(), &args.files.out)?;
+    let (metrics, predictions) = write(&study, out.staging_dir(), &args.files.out)?;
     let texts = crate::report::read_texts(settings.contexts())?;
-    crate::report::write(out.staging_dir(), &judgments, labels.as_ref(), texts.as_ref())?;
+    let results =
+        RunResults { metrics, predictions: Some(predictions), manifest: None, by_order: None, categories: None };
+    crate::report::write(out.staging_dir(), &results, &judgments, labels.as_ref(), texts.as_ref())?;
     out.publish()?;
     Ok(())
 }
@@ -111,13 +114,18 @@ pub(crate) fn with_calibration(
     })
 }
 
-/// Writes a study's files into `staging` (to be published as `out`) and prints its table.
-pub(crate) fn write(study: &Study, staging: &std::path::Path, out: &std::path::Path) -> Result<()> {
-    study.write(staging)?;
+/// Writes a study's files into `staging` (to be published as `out`), prints its table
+/// and returns the files' values.
+pub(crate) fn write(
+    study: &Study,
+    staging: &std::path::Path,
+    out: &std::path::Path,
+) -> Result<(jury_io::Metrics, jury_io::Predictions)> {
+    let written = study.write(staging)?;
     print!("{}", study.table());
     let [metrics, predictions] = [METRICS, PREDICTIONS].map(|f| out.join(f));
     println!("wrote {} and {}", metrics.display(), predictions.display());
-    Ok(())
+    Ok(written)
 }
 
 /// What the context-dependent methods say while they train, on stderr.

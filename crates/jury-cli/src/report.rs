@@ -1,5 +1,5 @@
 //! `jury report DIR`: (re)writes DIR/report.html from a run's files; `aggregate` and
-//! `run` write the same page with their outputs.
+//! `run` write the same page from the same values, in memory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use jury_core::{Judgments, Labels};
 use jury_io::layout;
-use jury_report::{Inputs, REPORT_FILE};
+use jury_report::{Inputs, REPORT_FILE, RunResults};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -53,7 +53,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
         None => None,
     };
     let texts = read_texts(or_in(&args.dir, args.contexts, layout::CONTEXTS).as_deref())?;
-    write(&args.dir, &judgments, labels.as_ref(), texts.as_ref())?;
+    let results = RunResults::read(&args.dir, labels.is_some())?;
+    write(&args.dir, &results, &judgments, labels.as_ref(), texts.as_ref())?;
     println!("wrote {}", args.dir.join(REPORT_FILE).display());
     Ok(())
 }
@@ -66,13 +67,14 @@ pub(crate) fn read_texts(path: Option<&Path>) -> Result<Option<HashMap<String, S
     })
 }
 
-/// Writes `dir/report.html` from the folder's files and these inputs.
+/// Writes `dir/report.html` from a run's results and the inputs they came from.
 pub(crate) fn write(
     dir: &Path,
+    results: &RunResults,
     judgments: &Judgments,
     labels: Option<&Labels>,
     texts: Option<&HashMap<String, String>>,
 ) -> Result<()> {
-    let inputs = Inputs { out_dir: dir, judgments, labels, contexts: texts };
+    let inputs = Inputs { results, judgments, labels, contexts: texts };
     jury_report::write(&inputs, dir).context("writing report.html")
 }

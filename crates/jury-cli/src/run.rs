@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 use jury_datasets::ContextStyle;
+use jury_report::RunResults;
 use jury_runner::{JuryRun, OutputLayout};
 
 use jury_combine::{AggregateOptions, Settings};
@@ -99,7 +100,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         &settings,
         &aggregate::print_note,
     )?;
-    aggregate::write(&study, layout.staging_dir(), layout.dir())?;
+    let (metrics, predictions) = aggregate::write(&study, layout.staging_dir(), layout.dir())?;
     println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
     let exact = run.exact_shares();
     if exact.values().any(|&e| e < 1.0) {
@@ -112,7 +113,14 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     jury_runner::write_manifest(&layout, &manifest)?;
     let texts: HashMap<String, String> =
         run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
-    crate::report::write(layout.staging_dir(), &run.judgments, labels.as_ref(), Some(&texts))?;
+    let results = RunResults {
+        metrics,
+        predictions: Some(predictions),
+        by_order: exp.dataset.both_orders.then(|| run.by_order()),
+        categories: run.categories(),
+        manifest: Some(manifest),
+    };
+    crate::report::write(layout.staging_dir(), &results, &run.judgments, labels.as_ref(), Some(&texts))?;
     layout.publish()?;
     Ok(())
 }

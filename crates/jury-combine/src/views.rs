@@ -9,8 +9,8 @@ use jury_aggregate::{Diagnostics, Selection, SelectionRule};
 use jury_core::{Judgments, Labels, Posteriors};
 use jury_io::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, Named, NeuralMetrics, OverSeeds, RecommendationMetrics, csv_field, terminal_text,
-    write_atomic,
+    MethodMetrics, MethodPredictions, Metrics, Named, NeuralMetrics, OverSeeds, Predictions, RecommendationMetrics,
+    terminal_text, write_atomic,
 };
 use jury_metrics::{accuracy, against_judge, brier, expected_calibration_error, judge_accuracies, mean_std};
 use jury_neural::NeuralRun;
@@ -194,45 +194,18 @@ impl<'a> Study<'a> {
         cols
     }
 
-    /// predictions.csv: one row per example: id, reference label (when given), then per
-    /// method the posterior (`<m>_p`, P(positive), for binary; `<m>_p0..` otherwise) and
-    /// hard label.
-    pub fn predictions_csv(&self) -> String {
-        let (j, c) = (self.judgments, self.judgments.n_classes());
-        let cols = self.columns();
-        let mut out = String::from("example_id");
-        if self.labels.is_some() {
-            out.push_str(",label");
-        }
-        for (name, _, _) in &cols {
-            if c == 2 {
-                let _ = write!(out, ",{name}_p");
-            } else {
-                (0..c).for_each(|k| {
-                    let _ = write!(out, ",{name}_p{k}");
-                });
-            }
-            let _ = write!(out, ",{name}_label");
-        }
-        out.push('\n');
-        for (n, id) in j.example_ids().iter().enumerate() {
-            out.push_str(&csv_field(id));
-            if let Some(l) = self.labels {
-                out.push(',');
-                if let Some(l) = l.get(n) {
-                    let _ = write!(out, "{l}");
-                }
-            }
-            for (_, post, hard) in &cols {
-                let row = post.row(n);
-                for p in if c == 2 { &row[1..] } else { row } {
-                    let _ = write!(out, ",{p:.6}");
-                }
-                let _ = write!(out, ",{}", hard[n]);
-            }
-            out.push('\n');
-        }
-        out
+    /// Every method's posteriors and hard labels (predictions.csv's values, unrounded).
+    pub fn predictions(&self) -> Predictions {
+        let methods = self
+            .columns()
+            .into_iter()
+            .map(|(name, posteriors, labels)| MethodPredictions {
+                method: name.to_owned(),
+                posteriors: posteriors.clone(),
+                labels,
+            })
+            .collect();
+        Predictions { example_ids: self.judgments.example_ids().to_vec(), methods }
     }
 
     /// What a reader needs first, above the table: the recommended method and why, and
@@ -319,12 +292,16 @@ impl<'a> Study<'a> {
         s
     }
 
-    /// Writes metrics.json and predictions.csv into `dir`, each atomically.
-    pub fn write(&self, dir: &Path) -> Result<(), StudyError> {
-        let metrics = serde_json::to_string_pretty(&self.metrics())?;
-        write_atomic(&dir.join(jury_io::layout::METRICS), metrics.as_bytes())?;
-        write_atomic(&dir.join(jury_io::layout::PREDICTIONS), self.predictions_csv().as_bytes())?;
-        Ok(())
+    /// Writes metrics.json and predictions.csv into `dir`, each atomically, and returns
+    /// their values as a reader of the files gets them (predictions at six decimals), so
+    /// a page drawn from them in memory is the page `jury report` draws from the files.
+    pub fn write(&self, dir: &Path) -> Result<(Metrics, Predictions), StudyError> {
+        let metrics = self.metrics();
+        write_atomic(&dir.join(jury_io::layout::METRICS), serde_json::to_string_pretty(&metrics)?.as_bytes())?;
+        let path = dir.join(jury_io::layout::PREDICTIONS);
+        let csv = self.predictions().to_csv(self.labels);
+        write_atomic(&path, csv.as_bytes())?;
+        Ok((metrics, jury_io::parse_predictions(&csv, &path)?))
     }
 }
 

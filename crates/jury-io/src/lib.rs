@@ -37,7 +37,9 @@ pub use metrics::{
 };
 pub use output::{OutputDir, OutputError, Owner, Protected};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
-pub use predictions::{MethodPredictions, OrderedJudgment, Predictions, read_by_order, read_predictions};
+pub use predictions::{
+    MethodPredictions, OrderedJudgment, Predictions, by_order_csv, parse_predictions, read_by_order, read_predictions,
+};
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
 pub use table::{
     CalibrationLabels, INCLUSION_COLUMN, read_calibration, read_categories, read_judgments, read_labels, read_texts,

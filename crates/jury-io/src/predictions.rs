@@ -1,13 +1,15 @@
-//! Reads back a study's predictions.csv (jury-combine writes it): per method, each
-//! example's posterior and hard label, for views that need more than metrics.json
-//! (a reliability diagram, the hardest examples).
+//! predictions.csv (per method, each example's posterior and hard label, for views that
+//! need more than metrics.json: a reliability diagram, the hardest examples) and
+//! judgments_by_order.csv: each file's writer and reader, sharing its type.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
-use jury_core::Posteriors;
+use jury_core::{Labels, Posteriors};
 
 use crate::IoError;
 use crate::csv::{Record, header_names, scan};
+use crate::csv_field;
 
 /// One method's columns of predictions.csv.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,10 +51,57 @@ fn columns(names: &[String]) -> Vec<Columns> {
     out
 }
 
-/// Reads predictions.csv as jury-combine writes it.
+impl Predictions {
+    /// predictions.csv: one row per example: id, reference label (when given), then per
+    /// method the posterior (`<m>_p`, P(positive), for binary; `<m>_p0..` otherwise, six
+    /// decimals) and hard label.
+    pub fn to_csv(&self, labels: Option<&Labels>) -> String {
+        let mut out = String::from("example_id");
+        if labels.is_some() {
+            out.push_str(",label");
+        }
+        for m in &self.methods {
+            if m.posteriors.n_classes() == 2 {
+                let _ = write!(out, ",{}_p", m.method);
+            } else {
+                (0..m.posteriors.n_classes()).for_each(|k| {
+                    let _ = write!(out, ",{}_p{k}", m.method);
+                });
+            }
+            let _ = write!(out, ",{}_label", m.method);
+        }
+        out.push('\n');
+        for (n, id) in self.example_ids.iter().enumerate() {
+            out.push_str(&csv_field(id));
+            if let Some(l) = labels {
+                out.push(',');
+                if let Some(l) = l.get(n) {
+                    let _ = write!(out, "{l}");
+                }
+            }
+            for m in &self.methods {
+                let row = m.posteriors.row(n);
+                for p in if row.len() == 2 { &row[1..] } else { row } {
+                    let _ = write!(out, ",{p:.6}");
+                }
+                let _ = write!(out, ",{}", m.labels[n]);
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Reads predictions.csv as [`Predictions::to_csv`] writes it.
 pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    parse_predictions(&text, path)
+}
+
+/// predictions.csv's `text` (from `path`, named in errors) as its reader sees it: what a
+/// writer that keeps the values in memory hands on, so they are the file's to the digit.
+pub fn parse_predictions(text: &str, path: &Path) -> Result<Predictions, IoError> {
     let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
     let field = |row: usize, column: &str, reason: String| IoError::Field {
         path: path.to_owned(),
@@ -63,7 +112,7 @@ pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
     let (mut names, mut cols) = (Vec::new(), Vec::new());
     let mut ids = Vec::new();
     let mut values: Vec<(Vec<f64>, Vec<usize>)> = Vec::new();
-    scan(&text, malformed, |r: &Record<'_>| {
+    scan(text, malformed, |r: &Record<'_>| {
         if names.is_empty() {
             names = header_names(r).map_err(malformed)?;
             cols = columns(&names);
@@ -114,6 +163,18 @@ pub struct OrderedJudgment {
     pub p: Option<f64>,
 }
 
+/// judgments_by_order.csv of `rows`; each probability as Rust writes it, so the reader
+/// gets back the very value.
+pub fn by_order_csv(rows: &[OrderedJudgment]) -> String {
+    let mut out = String::from("example_id,judge,order,p\n");
+    for r in rows {
+        let order = if r.swapped { "ba" } else { "ab" };
+        let p = r.p.map_or(String::new(), |p| format!("{p:?}"));
+        let _ = writeln!(out, "{},{},{order},{p}", csv_field(&r.example_id), csv_field(&r.judge));
+    }
+    out
+}
+
 /// A run's judgments_by_order.csv (pairwise data judged in both orders): each judge's
 /// P(positive) per example in the order shown first (`ab`) and swapped (`ba`), both in
 /// the original orientation; `None` where the judge gave no usable answer.
@@ -161,6 +222,9 @@ mod tests {
         assert_eq!(rows, vec![row(false, Some(0.8)), row(true, None)]);
         std::fs::write(&path, "example_id,judge,order,p\nq1,j,xy,0.5\n").unwrap();
         assert!(read_by_order(&path).unwrap_err().to_string().contains("line 2"));
+        let written = vec![row(false, Some(1.0 / 3.0)), row(true, None), row(true, Some(1e-12))];
+        std::fs::write(&path, by_order_csv(&written)).unwrap();
+        assert_eq!(read_by_order(&path).unwrap(), written);
     }
 
     /// Ids written with `csv_field`'s formula mark read back as they were.
@@ -192,6 +256,12 @@ mod tests {
         );
         assert_eq!(p.methods[1].posteriors.n_classes(), 3);
         assert_eq!(p.methods[1].labels, vec![1, 0]);
+        let labels = Labels::new(3, vec![Some(1), None]).unwrap();
+        let again = parse_predictions(&p.to_csv(Some(&labels)), &path).unwrap();
+        assert_eq!(again, p, "the writer and the reader agree");
+        assert!(
+            p.to_csv(Some(&labels)).starts_with("example_id,label,avg_p,avg_label,ds_p0,ds_p1,ds_p2,ds_label\na,1,")
+        );
         std::fs::write(&path, "example_id,avg_p,avg_label\na,x,1\n").unwrap();
         let err = read_predictions(&path).unwrap_err().to_string();
         assert!(err.contains("line 2") && err.contains("avg_p"), "{err}");

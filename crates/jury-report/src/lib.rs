@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use jury_core::{Judgments, Labels};
+use jury_io::{Manifest, Metrics, OrderedJudgment, Predictions, layout};
 
 /// What a report could not do.
 #[derive(Debug, thiserror::Error)]
@@ -33,10 +34,51 @@ pub enum ReportError {
     Template(String),
 }
 
-/// A run's output folder (metrics.json, predictions.csv, manifest.json when `jury run`
-/// wrote it) and the inputs it was computed from.
+/// A run's results as its files hold them: handed over in memory by the command that
+/// wrote the files, or read back from a folder by [`RunResults::read`].
+pub struct RunResults {
+    /// metrics.json.
+    pub metrics: Metrics,
+    /// predictions.csv, which only the views that score need (a labeled run).
+    pub predictions: Option<Predictions>,
+    /// manifest.json, which `jury run` writes.
+    pub manifest: Option<Manifest>,
+    /// judgments_by_order.csv, of a pairwise run judged in both orders.
+    pub by_order: Option<Vec<OrderedJudgment>>,
+    /// categories.csv: each example's category, where the data set has them.
+    pub categories: Option<HashMap<String, String>>,
+}
+
+impl RunResults {
+    /// Reads an output folder's files, each checked against its fields' domains, so a
+    /// damaged or hand-edited file is named; predictions.csv only when `labeled`.
+    pub fn read(dir: &Path, labeled: bool) -> Result<Self, ReportError> {
+        let present = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
+        let metrics: Metrics = read_json(&dir.join(layout::METRICS))?;
+        check::metrics(&dir.join(layout::METRICS), &metrics)?;
+        let manifest: Option<Manifest> = present(layout::MANIFEST).map(|p| read_json(&p)).transpose()?;
+        if let Some(m) = &manifest {
+            check::manifest(&dir.join(layout::MANIFEST), m)?;
+        }
+        Ok(Self {
+            metrics,
+            predictions: labeled.then(|| jury_io::read_predictions(&dir.join(layout::PREDICTIONS))).transpose()?,
+            manifest,
+            by_order: present(layout::JUDGMENTS_BY_ORDER).map(|p| jury_io::read_by_order(&p)).transpose()?,
+            categories: present(layout::CATEGORIES).map(|p| jury_io::read_categories(&p)).transpose()?,
+        })
+    }
+}
+
+fn read_json<T: for<'de> serde::Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
+    let text = jury_io::read_input_to_string(path)
+        .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
+}
+
+/// What a run's page is drawn from: its results and the inputs they were computed from.
 pub struct Inputs<'a> {
-    pub out_dir: &'a Path,
+    pub results: &'a RunResults,
     pub judgments: &'a Judgments,
     pub labels: Option<&'a Labels>,
     /// Each example's context text, shown beside the hardest examples.
@@ -106,6 +148,12 @@ pub fn write(inputs: &Inputs, dir: &Path) -> Result<(), ReportError> {
 mod tests {
     use super::*;
 
+    /// The page of the run whose files are in `dir`, read back as `jury report` reads them.
+    fn page(dir: &Path, j: &Judgments, labels: Option<&Labels>) -> Result<String, ReportError> {
+        let results = RunResults::read(dir, labels.is_some())?;
+        render(&Inputs { results: &results, judgments: j, labels, contexts: None })
+    }
+
     /// A HaluEval-shaped simulated run (binary, ten judges, labels) through jury-combine,
     /// its files in a folder, one judge named like markup and one context with a script.
     fn run(dir: &Path) -> (Judgments, Labels, HashMap<String, String>) {
@@ -133,7 +181,8 @@ mod tests {
     fn the_page_has_every_section_with_metrics_numbers_escaped_and_deterministic() {
         let dir = tempfile::tempdir().unwrap();
         let (j, labels, contexts) = run(dir.path());
-        let inputs = Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: Some(&contexts) };
+        let results = RunResults::read(dir.path(), true).unwrap();
+        let inputs = Inputs { results: &results, judgments: &j, labels: Some(&labels), contexts: Some(&contexts) };
         let html = render(&inputs).unwrap();
         for id in ["run", "judges", "methods", "agreement", "calibration", "skills"] {
             assert!(
@@ -201,12 +250,11 @@ mod tests {
             let at = &mut m[a][b];
             *(if c.is_empty() { at } else { &mut at[c] }) = value;
             std::fs::write(&path, m.to_string()).unwrap();
-            let inputs = Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None };
-            let e = render(&inputs).unwrap_err().to_string();
+            let e = page(dir.path(), &j, Some(&labels)).unwrap_err().to_string();
             assert!(e.contains(&format!("metrics.json: field `{says}")), "{e}");
         }
         std::fs::write(&path, &good).unwrap();
-        assert!(render(&Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None }).is_ok());
+        assert!(page(dir.path(), &j, Some(&labels)).is_ok());
     }
 
     /// With a categories.csv (a run over TruthfulQA writes one), each category's
@@ -220,8 +268,7 @@ mod tests {
             csv.push_str(&format!("{id},{}\n", if n % 2 == 0 { "even" } else { "odd <i>" }));
         }
         std::fs::write(dir.path().join("categories.csv"), csv).unwrap();
-        let html =
-            render(&Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None }).unwrap();
+        let html = page(dir.path(), &j, Some(&labels)).unwrap();
         assert!(html.contains("<section id=\"categories\""), "{html}");
         let p = jury_io::read_predictions(&dir.path().join("predictions.csv")).unwrap();
         let even: Vec<usize> = (0..j.n_examples()).step_by(2).collect();
@@ -246,8 +293,7 @@ mod tests {
         let labels = Labels::new(2, (0..j.n_examples()).map(|n| Some(n % 2)).collect()).unwrap();
         let settings = jury_combine::Settings::new(&jury_combine::AggregateOptions::default()).unwrap();
         jury_combine::run(&j, Some(&labels), &settings, &|_| {}).unwrap().write(dir.path()).unwrap();
-        let html =
-            render(&Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: None }).unwrap();
+        let html = page(dir.path(), &j, Some(&labels)).unwrap();
         assert!(html.contains("The 30 judges with the most judgments of 100"), "no note");
         for k in 0..100 {
             let row = format!("<tr><td>crowd{k:02}</td>");
@@ -261,7 +307,8 @@ mod tests {
     fn hardest_examples_show_their_escaped_text() {
         let dir = tempfile::tempdir().unwrap();
         let (j, labels, contexts) = run(dir.path());
-        let inputs = Inputs { out_dir: dir.path(), judgments: &j, labels: Some(&labels), contexts: Some(&contexts) };
+        let results = RunResults::read(dir.path(), true).unwrap();
+        let inputs = Inputs { results: &results, judgments: &j, labels: Some(&labels), contexts: Some(&contexts) };
         let html = render(&inputs).unwrap();
         if html.contains("<section id=\"hardest\"") {
             assert!(html.contains("&lt;script&gt;alert("), "escaped script text shown");

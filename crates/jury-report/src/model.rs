@@ -1,14 +1,13 @@
-//! What the page shows, computed from a run's files and inputs: typed rows and charts
+//! What the page shows, computed from a run's results and inputs: typed rows and charts
 //! the template lays out. Numbers shown for methods and judges are metrics.json's.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 
 use jury_core::{Judgments, Labels};
-use jury_io::{DiagnosticMetrics, JudgeMetrics, Manifest, ManifestAdaptive, Metrics, layout};
-use serde::{Deserialize, Serialize};
+use jury_io::{DiagnosticMetrics, JudgeMetrics, Manifest, ManifestAdaptive, Metrics};
+use serde::Serialize;
 
-use crate::{Inputs, ReportError, plots};
+use crate::{Inputs, ReportError, RunResults, plots};
 
 /// The header's lines for an adaptive run: calls made and saved, the order with each
 /// judge's calls, and why the examples stopped.
@@ -30,12 +29,6 @@ fn adaptive_facts(a: &ManifestAdaptive) -> Vec<(String, String)> {
         ("adaptive order (calls)".to_owned(), order.join(", ")),
         ("adaptive stops".to_owned(), stops.join(", ")),
     ]
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
-    let text = jury_io::read_input_to_string(path)
-        .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
-    serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
 }
 
 /// The page's data.
@@ -182,22 +175,12 @@ fn f4(x: f64) -> String {
     format!("{x:.4}")
 }
 
-/// Builds the page of the run whose files are in `inputs.out_dir`.
+/// Builds the page of a run from its results and inputs.
 pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
-    let dir = inputs.out_dir;
-    let metrics: Metrics = read_json(&dir.join(layout::METRICS))?;
-    crate::check::metrics(&dir.join(layout::METRICS), &metrics)?;
-    let manifest: Option<Manifest> =
-        if dir.join(layout::MANIFEST).is_file() { Some(read_json(&dir.join(layout::MANIFEST))?) } else { None };
-    if let Some(m) = &manifest {
-        crate::check::manifest(&dir.join(layout::MANIFEST), m)?;
-    }
+    let RunResults { metrics, predictions, manifest, by_order, categories } = inputs.results;
     let (j, labels) = (inputs.judgments, inputs.labels);
-    // Only the views that score read the posteriors back: unlabeled runs skip the file.
-    let predictions = match labels {
-        Some(_) => Some(jury_io::read_predictions(&dir.join(layout::PREDICTIONS))?),
-        None => None,
-    };
+    // Only the views that score use the posteriors.
+    let predictions = labels.and(predictions.as_ref());
     if j.n_examples() != metrics.n_examples || j.n_judges() != metrics.n_judges {
         return Err(ReportError::Mismatch(format!(
             "metrics.json has {} examples x {} judges, the judgments {} x {}",
@@ -257,9 +240,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             facts.extend(adaptive_facts(a));
         }
     }
-    let by_order = dir.join(layout::JUDGMENTS_BY_ORDER);
-    let consistency =
-        if by_order.is_file() { Some(position_consistency(&jury_io::read_by_order(&by_order)?)) } else { None };
+    let consistency = by_order.as_deref().map(position_consistency);
     let shown = shown_judges(j);
     let judges_note = (shown.len() < j.n_judges()).then(|| {
         format!(
@@ -269,7 +250,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             j.n_judges()
         )
     });
-    let entries = judge_entries(&metrics);
+    let entries = judge_entries(metrics);
     let hits = labels.map(|l| judge_hits(j, l));
     let mut judges = judge_rows(j, &shown, hits.as_deref(), &entries, manifest.as_ref())?;
     if let Some(c) = &consistency {
@@ -279,11 +260,11 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
     }
     let both_orders = consistency.is_some();
     let judged_here = manifest.as_ref().is_some_and(|m| !m.judges.is_empty());
-    let methods = method_rows(&metrics);
-    let accuracy_svg = accuracy_chart(j, &shown, labels.zip(hits.as_deref()), &entries, &metrics)?;
+    let methods = method_rows(metrics);
+    let accuracy_svg = accuracy_chart(j, &shown, labels.zip(hits.as_deref()), &entries, metrics)?;
     let kappa_svg = if shown.len() >= 2 { Some(kappa_chart(j, &shown)?) } else { None };
     let mut calibration = Vec::new();
-    if let Some((l, predictions)) = labels.zip(predictions.as_ref()) {
+    if let Some((l, predictions)) = labels.zip(predictions) {
         for p in &predictions.methods {
             let bins = jury_metrics::reliability_bins(&p.posteriors, l, 10);
             let points: Vec<(f64, f64, usize)> = bins.iter().map(|b| (b.confidence, b.accuracy, b.count)).collect();
@@ -325,12 +306,11 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         None => (Vec::new(), None),
     };
     let names: HashSet<&str> = shown.iter().map(|&k| j.judge_names()[k].as_str()).collect();
-    let confusion = confusion_rows(&metrics, &names);
-    let slopes = slope_plots(&metrics, &entries)?;
+    let confusion = confusion_rows(metrics, &names);
+    let slopes = slope_plots(metrics, &entries)?;
     let (hardest, all_wrong) = hardest(j, labels, inputs.contexts);
-    let category_file = dir.join(layout::CATEGORIES);
-    let (category_methods, categories) = match (labels.zip(predictions.as_ref()), category_file.is_file()) {
-        (Some((l, predictions)), true) => by_category(j, l, &jury_io::read_categories(&category_file)?, predictions),
+    let (category_methods, categories) = match (labels.zip(predictions), categories) {
+        (Some((l, predictions)), Some(categories)) => by_category(j, l, categories, predictions),
         _ => (Vec::new(), Vec::new()),
     };
     Ok(Page {

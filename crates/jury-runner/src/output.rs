@@ -183,7 +183,7 @@ pub fn write_judging<A: Serialize>(
     }
     write(layout.failures(), &failures)?;
     if exp.dataset.both_orders {
-        write(layout.by_order(), &by_order_csv(run))?;
+        write(layout.by_order(), &jury_io::by_order_csv(&run.by_order()))?;
     }
     if exp.runtime.dump_prompts {
         let mut prompts = String::new();
@@ -245,23 +245,6 @@ fn adaptive_csv(a: &AdaptiveRecord) -> String {
             d.stop.as_str(),
             fmt_p(d.confidence)
         );
-    }
-    rows
-}
-
-fn by_order_csv(run: &JuryRun) -> String {
-    let mut rows = String::from("example_id,judge,order,p\n");
-    for j in &run.judges {
-        let v = &j.results.verdicts;
-        for ex in &run.examples.original {
-            let sw = format!("{}{}", ex.id, jury_datasets::SWAPPED_SUFFIX);
-            for (order, id, flip) in [("ab", &ex.id, false), ("ba", &sw, true)] {
-                if let Some(x) = v.get(id) {
-                    let p = x.y.map(|y| if flip { 1.0 - y } else { y });
-                    let _ = writeln!(rows, "{},{},{order},{}", csv_field(&ex.id), csv_field(&j.name), fmt_p(p));
-                }
-            }
-        }
     }
     rows
 }

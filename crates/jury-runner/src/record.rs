@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use jury_core::{Judgments, Labels};
 use jury_datasets::Example;
+use jury_io::OrderedJudgment;
 use jury_judge::Verdict;
 
 use crate::judging::{JudgeResults, JurorInfo};
@@ -68,5 +69,34 @@ impl JuryRun {
 
     pub fn exact_shares(&self) -> BTreeMap<&str, f64> {
         self.judges.iter().map(|j| (j.name.as_str(), j.exact_share())).collect()
+    }
+
+    /// Each judge's P(positive) per example in the order shown first and swapped, both
+    /// in the original orientation (judgments_by_order.csv's rows); empty unless the
+    /// examples were judged in both orders.
+    pub fn by_order(&self) -> Vec<OrderedJudgment> {
+        let mut rows = Vec::new();
+        for j in &self.judges {
+            let v = &j.results.verdicts;
+            for ex in &self.examples.original {
+                let sw = format!("{}{}", ex.id, jury_datasets::SWAPPED_SUFFIX);
+                for (id, swapped) in [(&ex.id, false), (&sw, true)] {
+                    if let Some(x) = v.get(id) {
+                        let p = x.y.map(|y| if swapped { 1.0 - y } else { y });
+                        rows.push(OrderedJudgment { example_id: ex.id.clone(), judge: j.name.clone(), swapped, p });
+                    }
+                }
+            }
+        }
+        rows
+    }
+
+    /// Each example's category, when the data set gives any.
+    pub fn categories(&self) -> Option<HashMap<String, String>> {
+        let examples = &self.examples.original;
+        examples
+            .iter()
+            .any(|e| e.category.is_some())
+            .then(|| examples.iter().filter_map(|e| Some((e.id.clone(), e.category.clone()?))).collect())
     }
 }

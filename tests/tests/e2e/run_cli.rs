@@ -157,6 +157,12 @@ fn pairwise_task_judged_in_both_orders_is_averaged_in_the_original_orientation()
     let html = fs::read_to_string(dir.path().join("out/report.html")).unwrap();
     assert!(html.contains("<th>same verdict in both orders</th>"), "{html}");
     assert!(html.contains(&format!("<td>{:.3}</td></tr>", same as f64 / 2.0)), "{html}");
+    // The run drew its page from values in memory; `jury report` reads the same values
+    // back from the files.
+    let again = jury(&["report", dir.path().join("out").to_str().unwrap()]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let redrawn = fs::read_to_string(dir.path().join("out/report.html")).unwrap();
+    assert!(redrawn.contains(&format!("<td>{:.3}</td></tr>", same as f64 / 2.0)), "{redrawn}");
 }
 
 /// A `jury run` configuration that asks for context-dependent methods without a contexts
