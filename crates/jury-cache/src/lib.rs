@@ -13,10 +13,7 @@
 //! - keys are content hashes ([`key`]) of everything that changes the answer, so a changed
 //!   model file, template or prompt misses the cache instead of returning a stale value.
 //!
-//! Also the other caches' places: [`default_root`] (embeddings, fine-tuning checkpoints)
-//! and the Hugging Face hub cache ([`hub`]).
-
-pub mod hub;
+//! Also the other caches' place: [`default_root`] (embeddings, fine-tuning checkpoints).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};

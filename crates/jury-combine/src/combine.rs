@@ -193,7 +193,7 @@ pub fn run_calibrated<'a>(
         Some(opts) => {
             let Some(labels) = labels else { return Err(StudyError::NeedsLabels) };
             let mut opts = opts.clone();
-            opts.encoder_dir = jury_neural::hub::resolve(&opts.encoder_dir)
+            opts.encoder_dir = jury_neural::encoder_dir::resolve(&opts.encoder_dir)
                 .map_err(|source| StudyError::Encoder { spec: opts.encoder_dir.clone(), source: Box::new(source) })?;
             let contexts = settings.contexts.as_deref().ok_or(StudyError::NeedsContexts)?;
             let texts = context_texts(judgments, contexts)?;

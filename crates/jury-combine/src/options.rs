@@ -605,7 +605,7 @@ impl Settings {
     pub fn resolve_encoder(&mut self) -> Result<(), StudyError> {
         if let Some(opts) = &mut self.neural_opts {
             let spec = opts.encoder_dir.clone();
-            opts.encoder_dir = jury_neural::hub::resolve(&spec)
+            opts.encoder_dir = jury_neural::encoder_dir::resolve(&spec)
                 .map_err(|source| StudyError::Encoder { spec, source: Box::new(source) })?;
         }
         Ok(())

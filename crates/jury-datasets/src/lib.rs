@@ -6,13 +6,13 @@
 //! file, line and field.
 
 mod context;
-mod hub;
+mod dataset_address;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use context::ContextStyle;
-pub use hub::{HubAddress, resolve, resolve_local};
+pub use dataset_address::{HubAddress, resolve, resolve_local};
 
 /// One item to judge.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -197,13 +197,13 @@ pub(crate) fn resolve_model_id(id: &str, cache: &std::path::Path) -> PathBuf {
     if path.is_dir() {
         return path;
     }
-    jury_cache::hub::model_snapshot(cache, id).unwrap_or(path)
+    jury_hub::model_snapshot(cache, id).unwrap_or(path)
 }
 
 /// The local directory a `Pretrained` id loads from (an existing directory, or its
 /// snapshot in the hub cache named by `HF_HOME`), if there is one.
 pub fn local_model_dir(id: &str) -> Option<PathBuf> {
-    Some(resolve_model_id(id, &jury_cache::hub::cache_root())).filter(|dir| dir.is_dir())
+    Some(resolve_model_id(id, &jury_hub::cache_root())).filter(|dir| dir.is_dir())
 }
 
 /// Why `path` cannot be a judge's GGUF file (missing, unreadable, or not starting with
@@ -338,8 +338,8 @@ impl Judge {
                 load_gguf(path, &cfg, &device).await.map_err(load_err)?
             }
             ModelSource::Pretrained(id) => {
-                let local = resolve_model_id(id, &jury_cache::hub::cache_root());
-                if jury_cache::hub::offline() && !local.is_dir() {
+                let local = resolve_model_id(id, &jury_hub::cache_root());
+                if jury_hub::offline() && !local.is_dir() {
                     // mistral.rs would take it for a hub id and go online.
                     return Err(JudgeError::Load {
                         judge: cfg.name.clone(),

@@ -10,12 +10,12 @@
 pub mod bert;
 mod config;
 mod embed_cache;
+pub mod encoder_dir;
 mod finetune;
 #[cfg(test)]
 mod golden;
 pub mod gpt2;
 mod head;
-pub mod hub;
 mod kernels;
 pub mod multiclass;
 pub mod paper_models;

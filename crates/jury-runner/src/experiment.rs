@@ -427,7 +427,7 @@ impl JudgeEntry {
         }
         found.extend(self.gguf.as_deref().and_then(jury_judge::gguf_problem));
         if let Some(id) = &self.model_id
-            && jury_cache::hub::offline()
+            && jury_hub::offline()
             && jury_judge::local_model_dir(id).is_none()
         {
             found.push(format!(

@@ -142,6 +142,13 @@ fn only_jury_io_knows_parquet() {
     assert_eq!(crates_that_know("jury-io", "parquet", &names), Vec::<String>::new());
 }
 
+/// The hub has one home: only jury-hub depends on or names `hf-hub`.
+#[test]
+fn only_jury_hub_knows_hf_hub() {
+    let names = [["hf_hub", "::"].concat()];
+    assert_eq!(crates_that_know("jury-hub", "hf-hub", &names), Vec::<String>::new());
+}
+
 /// Every workspace crate but `home` that depends on a crate whose name starts with `dep`,
 /// or whose sources contain one of `names`.
 fn crates_that_know(home: &str, dep: &str, names: &[String]) -> Vec<String> {

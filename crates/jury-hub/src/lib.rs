@@ -1,4 +1,4 @@
-//! The Hugging Face hub cache, for users who have a hub: the one place that reads
+//! The Hugging Face hub cache, for users who have a hub: the one crate that reads
 //! `HF_HOME` and `HF_HUB_OFFLINE`, finds a repository's file in the cache and, unless
 //! offline, downloads it there. Encoders, judges and data sets all come through here.
 //!

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use jury_cache::hub::{HubFile, RepoId, RepoKind};
+use jury_hub::{HubFile, RepoId, RepoKind};
 
 use crate::NeuralError;
 
@@ -52,7 +52,7 @@ pub fn model_dir(spec: &Path, cache: &Path, offline: bool) -> Result<PathBuf, Ne
 /// [`model_dir`] with the hub cache of the environment (`HF_HOME`, default
 /// `~/.cache/huggingface`) and `HF_HUB_OFFLINE`.
 pub fn resolve(spec: &Path) -> Result<PathBuf, NeuralError> {
-    model_dir(spec, &jury_cache::hub::cache_root(), jury_cache::hub::offline())
+    model_dir(spec, &jury_hub::cache_root(), jury_hub::offline())
 }
 
 #[cfg(test)]

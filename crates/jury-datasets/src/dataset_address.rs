@@ -26,7 +26,7 @@ impl HubAddress {
         let bad = || DatasetError::HubAddress { address: path.display().to_string() };
         // OWNER/NAME[@REVISION], then the file's path inside the repository.
         let repo_end = rest.match_indices('/').nth(1).map(|(i, _)| i);
-        let parsed = repo_end.and_then(|end| Some((jury_cache::hub::RepoId::parse(&rest[..end])?, &rest[end + 1..])));
+        let parsed = repo_end.and_then(|end| Some((jury_hub::RepoId::parse(&rest[..end])?, &rest[end + 1..])));
         match parsed {
             Some((repo, file)) if !file.is_empty() => Some(Ok(HubAddress {
                 repo: repo.id.to_owned(),
@@ -40,8 +40,8 @@ impl HubAddress {
     /// The file's local path: from the hub cache at `cache`, else (unless `offline`)
     /// downloaded into it.
     pub fn fetch(&self, cache: &Path, offline: bool) -> Result<PathBuf, DatasetError> {
-        let file = jury_cache::hub::HubFile {
-            kind: jury_cache::hub::RepoKind::Dataset,
+        let file = jury_hub::HubFile {
+            kind: jury_hub::RepoKind::Dataset,
             id: &self.repo,
             revision: self.revision.as_deref(),
             file: &self.file,
@@ -50,8 +50,8 @@ impl HubAddress {
             address: self.to_string(),
             cache: cache.to_owned(),
             reason: match e {
-                jury_cache::hub::HubError::Offline { .. } => "not in the hub cache and HF_HUB_OFFLINE is set".into(),
-                jury_cache::hub::HubError::Download { reason, .. } => reason,
+                jury_hub::HubError::Offline { .. } => "not in the hub cache and HF_HUB_OFFLINE is set".into(),
+                jury_hub::HubError::Download { reason, .. } => reason,
             },
         })
     }
@@ -71,7 +71,7 @@ impl std::fmt::Display for HubAddress {
 pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
     match HubAddress::parse(path) {
         None => Ok(path.to_owned()),
-        Some(hub) => hub?.fetch(&jury_cache::hub::cache_root(), jury_cache::hub::offline()),
+        Some(hub) => hub?.fetch(&jury_hub::cache_root(), jury_hub::offline()),
     }
 }
 
@@ -80,7 +80,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf, DatasetError> {
 pub fn resolve_local(path: &Path) -> Result<Option<PathBuf>, DatasetError> {
     match HubAddress::parse(path) {
         None => Ok(Some(path.to_owned()).filter(|p| p.exists())),
-        Some(hub) => Ok(hub?.fetch(&jury_cache::hub::cache_root(), true).ok()),
+        Some(hub) => Ok(hub?.fetch(&jury_hub::cache_root(), true).ok()),
     }
 }
 
