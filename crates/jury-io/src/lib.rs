@@ -38,7 +38,8 @@ pub use metrics::{
 pub use output::{OutputDir, OutputError, Owner, Protected};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{
-    MethodPredictions, OrderedJudgment, Predictions, by_order_csv, parse_predictions, read_by_order, read_predictions,
+    MethodPredictions, OrderedJudgment, Predictions, by_order_csv, parse_by_order, parse_predictions, read_by_order,
+    read_predictions, six_decimals,
 };
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
 pub use table::{

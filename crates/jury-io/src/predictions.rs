@@ -163,13 +163,18 @@ pub struct OrderedJudgment {
     pub p: Option<f64>,
 }
 
-/// judgments_by_order.csv of `rows`; each probability as Rust writes it, so the reader
-/// gets back the very value.
+/// `p` as the per-order and predictions files hold it: the value their reader gets back
+/// from six decimals.
+pub fn six_decimals(p: f64) -> f64 {
+    format!("{p:.6}").parse().unwrap_or(p)
+}
+
+/// judgments_by_order.csv of `rows`, each probability at six decimals.
 pub fn by_order_csv(rows: &[OrderedJudgment]) -> String {
     let mut out = String::from("example_id,judge,order,p\n");
     for r in rows {
         let order = if r.swapped { "ba" } else { "ab" };
-        let p = r.p.map_or(String::new(), |p| format!("{p:?}"));
+        let p = r.p.map_or(String::new(), |p| format!("{p:.6}"));
         let _ = writeln!(out, "{},{},{order},{p}", csv_field(&r.example_id), csv_field(&r.judge));
     }
     out
@@ -181,10 +186,17 @@ pub fn by_order_csv(rows: &[OrderedJudgment]) -> String {
 pub fn read_by_order(path: &Path) -> Result<Vec<OrderedJudgment>, IoError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    parse_by_order(&text, path)
+}
+
+/// judgments_by_order.csv's `text` (from `path`, named in errors) as its reader sees it:
+/// what a writer that keeps the rows in memory hands on, so they are the file's to the
+/// digit.
+pub fn parse_by_order(text: &str, path: &Path) -> Result<Vec<OrderedJudgment>, IoError> {
     let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
     let mut rows = Vec::new();
     let mut header = true;
-    scan(&text, malformed, |r: &Record<'_>| {
+    scan(text, malformed, |r: &Record<'_>| {
         if std::mem::take(&mut header) {
             let names = header_names(r).map_err(malformed)?;
             if names != ["example_id", "judge", "order", "p"] {
@@ -222,9 +234,12 @@ mod tests {
         assert_eq!(rows, vec![row(false, Some(0.8)), row(true, None)]);
         std::fs::write(&path, "example_id,judge,order,p\nq1,j,xy,0.5\n").unwrap();
         assert!(read_by_order(&path).unwrap_err().to_string().contains("line 2"));
-        let written = vec![row(false, Some(1.0 / 3.0)), row(true, None), row(true, Some(1e-12))];
+        let written = vec![row(false, Some(0.25)), row(true, None), row(true, Some(0.8))];
         std::fs::write(&path, by_order_csv(&written)).unwrap();
         assert_eq!(read_by_order(&path).unwrap(), written);
+        let rounded = parse_by_order(&by_order_csv(&[row(false, Some(1.0 / 3.0))]), &path).unwrap();
+        assert_eq!(rounded, [row(false, Some(0.333333))], "six decimals, as the file holds them");
+        assert_eq!(rounded[0].p, Some(six_decimals(1.0 / 3.0)));
     }
 
     /// Ids written with `csv_field`'s formula mark read back as they were.

@@ -72,8 +72,8 @@ impl JuryRun {
     }
 
     /// Each judge's P(positive) per example in the order shown first and swapped, both
-    /// in the original orientation (judgments_by_order.csv's rows); empty unless the
-    /// examples were judged in both orders.
+    /// in the original orientation, as judgments_by_order.csv holds them (six decimals);
+    /// empty unless the examples were judged in both orders.
     pub fn by_order(&self) -> Vec<OrderedJudgment> {
         let mut rows = Vec::new();
         for j in &self.judges {
@@ -82,7 +82,7 @@ impl JuryRun {
                 let sw = format!("{}{}", ex.id, jury_datasets::SWAPPED_SUFFIX);
                 for (id, swapped) in [(&ex.id, false), (&sw, true)] {
                     if let Some(x) = v.get(id) {
-                        let p = x.y.map(|y| if swapped { 1.0 - y } else { y });
+                        let p = x.y.map(|y| jury_io::six_decimals(if swapped { 1.0 - y } else { y }));
                         rows.push(OrderedJudgment { example_id: ex.id.clone(), judge: j.name.clone(), swapped, p });
                     }
                 }
