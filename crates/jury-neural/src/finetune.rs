@@ -22,8 +22,10 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Recipe;
+use crate::config::{ModelKind, TrainConfig};
+use crate::jury_data::{JuryData, tensors};
+use crate::jury_v1::SkillModel;
 use crate::paper_models::PaperModel;
-use crate::skill::{JuryData, ModelKind, SkillModel, TrainConfig, tensors};
 use crate::train::ContextModel;
 use crate::train::adamw::FusedAdamW;
 use crate::{ComputeDevice, Encoder, NeuralError};

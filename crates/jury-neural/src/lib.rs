@@ -16,11 +16,12 @@ mod finetune;
 mod golden;
 pub mod gpt2;
 mod head;
+pub mod jury_data;
+pub mod jury_v1;
 mod kernels;
 pub mod multiclass;
 pub mod paper_models;
 mod seeds;
-pub mod skill;
 mod train;
 
 pub use config::{ModelKind, Recipe, Schedule, TrainConfig};

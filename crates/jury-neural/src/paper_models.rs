@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::NeuralError;
 use crate::config::{ModelKind, TrainConfig};
 use crate::head::{self, Head};
-use crate::skill::{JuryData, tensors};
+use crate::jury_data::{JuryData, tensors};
 use crate::train;
 
 /// Bounds of a predicted judge output (the authors' clamp).
@@ -248,7 +248,7 @@ pub fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::skill::tests::jury;
+    use crate::jury_data::tests::jury;
 
     fn cfg(method: ModelKind) -> TrainConfig {
         let recipe = crate::Recipe::Paper;

@@ -18,7 +18,8 @@ use jury_metrics::Split;
 
 use crate::embed_cache::{EmbedSetup, embed_cached};
 use crate::finetune::{self, FinetuneConfig, Phase};
-use crate::skill::{self, JuryData};
+use crate::jury_data::{self, JuryData};
+use crate::jury_v1;
 use crate::train::ContextModel;
 use crate::{ComputeDevice, ENCODER_REVISION, ModelKind, NeuralError, Recipe, TrainConfig, multiclass, paper_models};
 
@@ -427,7 +428,8 @@ impl<'a> Shared<'a> {
             present[i * k + jj] = true;
         }
         let (yt, mt) = if c == 2 {
-            let (_, yt, mt) = skill::tensors(&x, &JuryData { n, k, y: &y, present: &present }, ModelKind::SkillAgg)?;
+            let (_, yt, mt) =
+                jury_data::tensors(&x, &JuryData { n, k, y: &y, present: &present }, ModelKind::SkillAgg)?;
             (yt, mt)
         } else {
             multiclass::tensors(
@@ -678,7 +680,7 @@ fn train_frozen(s: &Shared, trial: &Trial, best: &mut Option<Pick>) -> Result<()
             trial.consider_head(s, best, (epoch, Some(loss)), model)
         })?;
     } else if c == 2 {
-        skill::train(&s.x, &s.jury(), &cfg, |epoch, loss, model| {
+        jury_v1::train(&s.x, &s.jury(), &cfg, |epoch, loss, model| {
             trial.consider_head(s, best, (epoch, Some(loss)), model)
         })?;
     } else {
