@@ -21,7 +21,7 @@ an unparsable verdict. Human labels are rows with evaluator `human`.
            evaluator's vote compares its own six-criterion mean (`<LLM> AVG p`), averaged
            over the 4 prompt variants p; evaluators Beluga-13B, ChatGPT, Llama-13B,
            Mistral-7B, OrcaPlatypus. These are HANNA's pointwise LLM ratings turned into
-           pairwise votes, not the paper's own pairwise LLM runs (which are not here).
+           pairwise votes, not the win-rate calibration paper's own pairwise LLM runs (which are not here).
 
 Standard library only. Never commit the outputs (the data's terms are its own).
 """

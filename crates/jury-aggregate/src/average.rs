@@ -1,4 +1,4 @@
-//! AverageProb (paper Algorithm 1): the mean of the available judges' probability vectors.
+//! AverageProb (the SkillAggregation paper's Algorithm 1): the mean of the available judges' probability vectors.
 
 use jury_core::Judgments;
 

@@ -2,7 +2,7 @@
 //!
 //! The default is crowd-kit 1.4.2's `DawidSkene`: start from majority-vote posteriors,
 //! learn the class prior, stop on [`EmStop::Objective`] with tol 1e-5, at most 100
-//! E-steps, every confusion count floored at 1e-10 before it is normalised. The paper's
+//! E-steps, every confusion count floored at 1e-10 before it is normalised. The SkillAggregation paper's
 //! binary form (Algorithm 3: per-judge P(b=1|c=1) and P(b=0|c=0), uniform class prior,
 //! stop when no parameter moves more than tol) is the C = 2 case with
 //! [`ClassPrior::Uniform`] and [`EmStop::Params`].
@@ -50,7 +50,7 @@ pub enum EmStop {
 pub enum EmInit {
     /// First M-step from majority-vote fractions (deterministic; crowd-kit's choice).
     MajorityVote,
-    /// The paper's Algorithm 3: each judge's correct-class probabilities drawn uniformly
+    /// The SkillAggregation paper's Algorithm 3: each judge's correct-class probabilities drawn uniformly
     /// in [0.5, 1) from this seed, the rest of each row spread evenly.
     Random { seed: u64 },
 }
@@ -483,7 +483,7 @@ pub(crate) mod tests {
     #[test]
     fn default_is_crowd_kits_dawid_skene() {
         // crowd-kit's DawidSkene() stops after 9 E-steps, before EM converges (run to the
-        // end, example 7 and 30 go to 0); the paper's form labels otherwise too.
+        // end, example 7 and 30 go to 0); the SkillAggregation paper's form labels otherwise too.
         let a = DawidSkene::default().aggregate(&crowd_kit_jury()).unwrap();
         assert_eq!(labels_string(&a), "0011010110100111000110001110101110000001");
         assert_eq!(report(&a).iterations, 9);

@@ -1,4 +1,4 @@
-//! MajorityVote (paper Algorithm 2): each judge's hard vote counts once.
+//! MajorityVote (the SkillAggregation paper's Algorithm 2): each judge's hard vote counts once.
 
 use jury_core::{Judgments, argmax};
 

@@ -5,6 +5,7 @@
 mod aggregate;
 mod label_plan;
 mod malloc;
+mod pool_seeds;
 mod rank;
 mod report;
 #[cfg(feature = "judges")]
@@ -52,6 +53,9 @@ enum Command {
     Rank(rank::Args),
     /// The triplet-ranking paper's multiple-choice simulation: RBO and MAP@5 of MCA, FTR and GTR.
     RankSim(rank::SimArgs),
+    /// Pool the seeds of several `jury aggregate --first-seed N --seeds M` runs into the
+    /// mean and deviation one run over all of them reports.
+    PoolSeeds(pool_seeds::Args),
     /// Write DIR/report.html, one self-contained page of a run's results (aggregate and run write it too).
     Report(report::Args),
 }
@@ -86,6 +90,7 @@ pub fn main() -> ExitCode {
         Command::Winrate(args) => winrate::run(args),
         Command::Rank(args) => rank::prepare(args).and_then(rank::run),
         Command::RankSim(args) => rank::run_sim(args),
+        Command::PoolSeeds(args) => pool_seeds::run(args),
         Command::Report(args) => report::run(args),
     };
     let code = match result {

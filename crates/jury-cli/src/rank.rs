@@ -174,8 +174,8 @@ pub(crate) fn run_sim(args: SimArgs) -> Result<()> {
     Ok(())
 }
 
-/// The study as the paper's Table 2: RBO and MAP@5 per method, mean ± std, beside the
-/// paper's RBO where it has the setting.
+/// The study as the triplet-ranking paper's Table 2: RBO and MAP@5 per method, mean ±
+/// std, beside that paper's RBO where it has the setting.
 fn sim_table(study: &SimStudy) -> String {
     let o = &study.options;
     let list = |v: &[String]| v.join(",");

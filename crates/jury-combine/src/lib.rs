@@ -12,6 +12,7 @@ mod adaptive;
 mod calibration;
 mod combine;
 mod options;
+mod pool;
 mod views;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ pub use combine::{MethodRun, NeuralStudy, Recommendation, Study, run, run_calibr
 pub use options::{
     AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
 };
+pub use pool::{PoolError, SeedRun, pool_seeds};
 
 /// What a study could not do.
 #[derive(Debug, thiserror::Error)]

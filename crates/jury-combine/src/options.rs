@@ -183,7 +183,7 @@ pub enum Ties {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DsPrior {
-    /// Uniform, as in the paper.
+    /// Uniform, as in the SkillAggregation paper.
     Uniform,
     /// Learned with the confusion matrices (crowd-kit's DawidSkene).
     Learned,
@@ -196,7 +196,7 @@ pub enum DsStop {
     /// crowd-kit's: its objective per vote gains less than --ds-tol (it can fall, and
     /// then EM stops early).
     Objective,
-    /// The paper's: no parameter moves more than --ds-tol.
+    /// The SkillAggregation paper's: no parameter moves more than --ds-tol.
     Params,
 }
 
@@ -206,7 +206,7 @@ pub enum DsStop {
 pub enum DsInit {
     /// Majority-vote posteriors.
     Mv,
-    /// Random posteriors (the paper's Algorithm 3), seeded by `seed`.
+    /// Random posteriors (the SkillAggregation paper's Algorithm 3), seeded by `seed`.
     Random,
 }
 
@@ -229,7 +229,7 @@ pub enum RecipeName {
     /// lambdas 0.05-0.5, the later epoch on dev ties (frozen encoder).
     #[value(name = "paper")]
     Paper,
-    /// jury's settings before the paper recipe: sigmoid skills at 0.8, lr 1e-3, batch
+    /// jury's settings before the `paper` recipe: sigmoid skills at 0.8, lr 1e-3, batch
     /// 256 (32 fine-tuned), 20 epochs, unit-length pooling, lambdas 0.01-1.
     #[value(name = "jury-v1")]
     JuryV1,
@@ -292,7 +292,7 @@ pub struct AggregateOptions {
     /// Seed for random tie-breaking and random EM initialisation.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Dawid-Skene class prior (learned: crowd-kit's; uniform: the paper's).
+    /// Dawid-Skene class prior (learned: crowd-kit's; uniform: the SkillAggregation paper's).
     #[arg(long, value_enum, default_value_t = DsPrior::Learned)]
     pub ds_prior: DsPrior,
     /// Dawid-Skene start.
@@ -304,7 +304,7 @@ pub struct AggregateOptions {
     /// Dawid-Skene tolerance of --ds-stop; 0 runs exactly --ds-max-iter iterations.
     #[arg(long, default_value_t = 1e-5)]
     pub ds_tol: f64,
-    /// Dawid-Skene stopping rule (objective: crowd-kit's; params: the paper's, with
+    /// Dawid-Skene stopping rule (objective: crowd-kit's; params: the SkillAggregation paper's, with
     /// --ds-tol 1e-6 there).
     #[arg(long, value_enum, default_value_t = DsStop::Objective)]
     pub ds_stop: DsStop,
@@ -340,7 +340,7 @@ pub struct AggregateOptions {
     pub encoder: EncoderMode,
     /// Encoder folder (config.json, tokenizer.json, model.safetensors; BERT such as
     /// all-MiniLM-L6-v2, see scripts/fetch-encoder.sh, or GPT-2), or a hub model id such as
-    /// openai-community/gpt2 (the paper's encoder), taken from or fetched into the hub cache.
+    /// openai-community/gpt2 (the SkillAggregation paper's encoder), taken from or fetched into the hub cache.
     #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     pub encoder_dir: PathBuf,
     /// Where the encoder runs: cpu, or cuda / cuda:N (GPU N) in builds with
@@ -348,7 +348,7 @@ pub struct AggregateOptions {
     #[arg(long, default_value_t = ComputeDevice::Cpu)]
     #[serde(serialize_with = "as_text", deserialize_with = "from_text")]
     pub device: ComputeDevice,
-    /// Tokens per context kept by the encoder (default: 512 with the paper recipe, which
+    /// Tokens per context kept by the encoder (default: 512 with the `paper` recipe, which
     /// does not truncate; 128, what all-MiniLM-L6-v2 was trained on, with jury-v1).
     #[arg(long)]
     pub max_tokens: Option<usize>,

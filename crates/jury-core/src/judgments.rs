@@ -95,7 +95,7 @@ impl Judgments {
     }
 
     /// Judge `k`'s hard vote on example `n` (argmax, lowest class on exact ties, so a
-    /// binary `p = 0.5` votes 0 as in the paper's `b = 1[y > 0.5]`).
+    /// binary `p = 0.5` votes 0 as in the SkillAggregation paper's `b = 1[y > 0.5]`).
     pub fn vote(&self, n: usize, k: usize) -> Option<usize> {
         self.get(n, k).map(argmax)
     }

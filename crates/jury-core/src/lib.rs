@@ -50,7 +50,7 @@ pub enum CoreError {
     BadPosterior { row: usize, reason: String },
 }
 
-/// Index of the largest entry; the lowest index wins exact ties. This is the paper's
+/// Index of the largest entry; the lowest index wins exact ties. This is the SkillAggregation paper's
 /// vote rule `b = 1[y > 0.5]` generalised to C classes (a binary 0.5 votes class 0).
 pub fn argmax<T: PartialOrd>(v: &[T]) -> usize {
     let mut best = 0;

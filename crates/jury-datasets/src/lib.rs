@@ -126,7 +126,7 @@ pub fn demo_facts(path: &Path) -> Result<Vec<Example>, DatasetError> {
         .collect()
 }
 
-/// TruthfulQA v0 (`TruthfulQA.csv`, 817 questions) unrolled as the paper did: per
+/// TruthfulQA v0 (`TruthfulQA.csv`, 817 questions) unrolled as the SkillAggregation paper did: per
 /// question, one example per `Correct Answers` entry (label 1, truthful) then one per
 /// `Incorrect Answers` entry (label 0), splitting on `;`, trimming, and keeping empty
 /// pieces. The v0 file gives exactly 5,918 examples. Ids: `truthfulqa-00000`, ...
@@ -192,7 +192,7 @@ pub fn halueval_dialogue(path: &Path) -> Result<Vec<Example>, DatasetError> {
 
 /// Chatbot Arena, Kaggle `lmsys-chatbot-arena` `train.csv` (columns `id`, `model_a`,
 /// `model_b`, `prompt`, `response_a`, `response_b`, `winner_model_a`, `winner_model_b`,
-/// `winner_tie`; `prompt` and the responses are JSON lists of turns). Kept as the paper
+/// `winner_tie`; `prompt` and the responses are JSON lists of turns). Kept as the SkillAggregation paper
 /// did: single-turn conversations without a tie (34,297 rows of the full file). Label 1 =
 /// A won. Ids `arena-<id>`; `model_a` / `model_b` ride along as fields.
 pub fn chatbot_arena(path: &Path) -> Result<Vec<Example>, DatasetError> {

@@ -33,7 +33,7 @@ pub use manifest::{
 };
 pub use metrics::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
-    MethodMetrics, Metrics, NeuralMetrics, OverSeeds, RecommendationMetrics,
+    MethodMetrics, Metrics, NeuralMetrics, OverSeeds, PooledMethod, PooledSeeds, RecommendationMetrics,
 };
 pub use output::{OutputDir, OutputError, Owner, Protected};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};

@@ -5,9 +5,11 @@
 //! number, written as `null`, reads as NaN where the field is a plain number). Fields
 //! added after the first files were written read as absent from those files.
 
+use std::path::Path;
+
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::Named;
+use crate::{IoError, Named};
 
 /// metrics.json.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -294,6 +296,49 @@ impl MethodMetrics {
 }
 
 /// A number written as `null` (NaN or infinite when it was serialised) reads as NaN.
+impl Metrics {
+    /// Reads a metrics.json.
+    pub fn read(path: &Path) -> Result<Self, IoError> {
+        let read = |source: Box<dyn std::error::Error + Send + Sync>| IoError::Read { path: path.to_owned(), source };
+        let text = crate::read_input_to_string(path).map_err(|e| read(Box::new(e)))?;
+        serde_json::from_str(&text).map_err(|e| read(Box::new(e)))
+    }
+}
+
+/// Several runs' seeds of one experiment pooled (`jury pool-seeds`): each method's mean
+/// and sample deviation over all of them, as one run over every seed reports them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PooledSeeds {
+    /// Every seed, ascending: the order of each method's `seeds`.
+    pub seeds: Vec<u64>,
+    pub methods: Named<PooledMethod>,
+}
+
+/// One method over the pooled seeds: a context-dependent method's test accuracy, or a
+/// context-free method's on the same test splits (its `outside_dev`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PooledMethod {
+    #[serde(deserialize_with = "nan_if_null")]
+    pub accuracy: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub std: f64,
+    #[serde(deserialize_with = "nans_if_null")]
+    pub seeds: Vec<f64>,
+    /// A context-free method, scored on the context-dependent methods' test splits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context_free: bool,
+    /// The context model alone, where every run recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_accuracy: Option<OverSeeds>,
+}
+
+impl PooledSeeds {
+    /// The file `jury pool-seeds --out` writes.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a pooled record serialises") + "\n"
+    }
+}
+
 fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }

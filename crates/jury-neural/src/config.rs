@@ -27,7 +27,7 @@ pub enum Recipe {
     /// pooling; lambda from {0.05, 0.1, 0.2, 0.5}; the later epoch on dev ties.
     #[default]
     Paper,
-    /// jury's own settings before the paper recipe (the tables recorded until then):
+    /// jury's own settings before the `paper` recipe (the tables recorded until then):
     /// sigmoid skills started at 0.8, -X a linear map trained through the encoder
     /// features, Crowdlayer as SkillAggregation without the regulariser read without the
     /// judges, no dropout, constant learning rate 1e-3 (AdamW eps 1e-8), batch 256
@@ -65,7 +65,7 @@ impl Schedule {
 }
 
 impl Recipe {
-    /// Learning rate (the heads', and with the paper recipe the encoder's too).
+    /// Learning rate (the heads', and with the `paper` recipe the encoder's too).
     pub fn lr(self) -> f64 {
         match self {
             Recipe::Paper => 1e-4,
@@ -207,7 +207,7 @@ impl Default for TrainConfig {
 mod tests {
     use super::*;
 
-    /// The paper's schedule at given steps of 1,000: linear warm-up over the first 30
+    /// The SkillAggregation paper's schedule at given steps of 1,000: linear warm-up over the first 30
     /// (3%), the peak at step 30, half of it midway through the decay, near 0 at the end.
     #[test]
     fn cosine_schedule_values() {

@@ -1,5 +1,5 @@
 //! Encoder folders named by hub model id (`openai-community/gpt2[@REVISION]`), for users
-//! with a Hugging Face hub: the paper's GPT-2 encoder has no registry package, so it
+//! with a Hugging Face hub: the SkillAggregation paper's GPT-2 encoder has no registry package, so it
 //! comes from the hub cache, downloaded into it when missing. Existing folders pass
 //! through unchanged.
 //!

@@ -642,7 +642,7 @@ mod tests {
         assert!(d > 1e-5, "restarting AdamW's statistics changed nothing ({d})");
     }
 
-    /// The paper recipe fine-tunes too (its head, one learning rate moved by the cosine
+    /// The `paper` recipe fine-tunes too (its head, one learning rate moved by the cosine
     /// schedule, seeded dropout, unnormalised pooling), and a run killed mid-epoch
     /// resumes to what an uninterrupted one computes: the schedule's step and the
     /// dropout masks follow from (seed, epoch, batch), not from the process (paper_models.rs

@@ -1,5 +1,5 @@
 //! Judge outputs as both recipes' trainers read them ([`JuryData`]) and the tensors they
-//! train on ([`tensors`]): one home for the data the jury-v1 and the paper recipes share.
+//! train on ([`tensors`]): one home for the data the jury-v1 and the `paper` recipes share.
 
 use candle_core::Tensor;
 

@@ -95,7 +95,7 @@ impl SkillModel {
         Ok(self.bottleneck(x)?.narrow(1, 1, 1)?.flatten_all()?.to_vec1()?)
     }
 
-    /// Posterior P(c = 1 | x, judges) per example. SkillAgg / -X: the paper's section
+    /// Posterior P(c = 1 | x, judges) per example. SkillAgg / -X: the SkillAggregation paper's section
     /// 4.3, s1 prod_j P(b_j | c=1) against s0 prod_j P(b_j | c=0) over the available
     /// judges, on the judges' binary verdicts b = 1[y > 0.5] (the conditional-independence
     /// model is over verdicts; training reads the probabilities), with

@@ -393,7 +393,7 @@ mod tests {
         let x = enc.embed(&texts, 64, 2, |_| {}).unwrap();
         let sim = x.matmul(&x.t().unwrap()).unwrap().to_vec2::<f32>().unwrap();
         assert!(sim[0][1] > sim[0][2] + 0.3, "{sim:?}");
-        // The paper recipe's context vector: the mean pooling itself, not scaled to unit
+        // The `paper` recipe's context vector: the mean pooling itself, not scaled to unit
         // length; scaled, it is sentence-transformers' embedding above.
         let raw = enc.embed_pooled(&texts, 64, 2, Pooling::AsDefined, |_| {}).unwrap();
         let norms: Vec<f32> = raw.sqr().unwrap().sum(1).unwrap().sqrt().unwrap().to_vec1().unwrap();

@@ -1,4 +1,4 @@
-//! SkillAggregation, -X, Crowdlayer and Train-on-MV for C > 2 classes (the paper's
+//! SkillAggregation, -X, Crowdlayer and Train-on-MV for C > 2 classes (the SkillAggregation paper's
 //! Appendix F), trained on context vectors (frozen-encoder mode).
 //!
 //! Model: context vector x -> head -> C-way bottleneck softmax s; each judge j has a

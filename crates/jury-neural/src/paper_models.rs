@@ -43,7 +43,7 @@ enum Judges {
     Confusion(Var),
 }
 
-/// A model trained with the paper recipe.
+/// A model trained with the `paper` recipe.
 pub struct PaperModel {
     head: Head,
     judges: Judges,
@@ -229,7 +229,7 @@ fn start_weights(cfg: &TrainConfig, k: usize) -> Result<Vec<f32>, NeuralError> {
     Ok(skills.iter().map(|s| 1.0 - s.0 as f32).chain(skills.iter().map(|s| s.1 as f32)).collect())
 }
 
-/// Trains one model with the paper recipe; `on_epoch(epoch, mean_loss, &model)` runs
+/// Trains one model with the `paper` recipe; `on_epoch(epoch, mean_loss, &model)` runs
 /// after every epoch. Deterministic for a given seed.
 pub fn train(
     x: &Tensor,

@@ -114,7 +114,7 @@ impl NeuralOptions {
 /// Where the judges' skills start training.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SkillInit {
-    /// Every judge at this P(correct) in both classes (the paper's setup; 0.8 by default).
+    /// Every judge at this P(correct) in both classes (the SkillAggregation paper's setup; 0.8 by default).
     Uniform(f64),
     /// Each judge at its Dawid-Skene estimate, fitted on the same judgments with these
     /// settings (binary only): no labels involved.
@@ -135,7 +135,7 @@ impl SkillInit {
         Ok(Some(em.params.confusion.iter().map(|m| (m.get(0, 0), m.get(1, 1))).collect()))
     }
 
-    /// What goes into the fine-tuning checkpoint key: nothing for the paper's default
+    /// What goes into the fine-tuning checkpoint key: nothing for the SkillAggregation paper's default
     /// start, so checkpoints written before this setting existed stay valid.
     fn key_part(&self) -> String {
         match self {
@@ -285,7 +285,7 @@ const DENSE_LIMIT_BYTES: usize = 8 << 30;
 /// The separator of a context's fields (`jury run` and the converters write it).
 const FIELD_SEPARATOR: &str = " || ";
 
-/// The encoder's learning rate when fine-tuning: the heads' with the paper recipe (one
+/// The encoder's learning rate when fine-tuning: the heads' with the `paper` recipe (one
 /// rate for every parameter, as the authors train), [`FINETUNE_ENCODER_LR`] with jury-v1.
 fn encoder_lr(opts: &NeuralOptions) -> f64 {
     match opts.recipe {
@@ -299,7 +299,7 @@ fn encoder_lr(opts: &NeuralOptions) -> f64 {
 /// (the epoch count does not: epoch e is the same in a longer run).
 fn finetune_key(j: &Judgments, texts: &[String], opts: &NeuralOptions) -> Result<String, NeuralError> {
     let model_sha = jury_cache::file_sha256(&opts.encoder_dir.join("model.safetensors"))?;
-    // jury-v1's keys are as they were before recipes existed; the paper recipe's differ.
+    // jury-v1's keys are as they were before recipes existed; the `paper` recipe's differ.
     let recipe = if opts.recipe == Recipe::Paper { " recipe=paper" } else { "" };
     let setup = format!(
         "{ENCODER_REVISION} max_tokens={} hidden={} lr={} batch={} encoder_lr={}{}{recipe}",
@@ -621,7 +621,7 @@ fn posteriors(post: &[f32], c: usize) -> Result<Posteriors, NeuralError> {
 }
 
 /// Whether an epoch at dev accuracy `new` replaces the pick at `old`: when better, or
-/// with the paper recipe also when equal (the later epoch wins ties).
+/// with the `paper` recipe also when equal (the later epoch wins ties).
 fn prefer(new: f64, old: f64, recipe: Recipe) -> bool {
     new > old || (new == old && recipe.later_epoch_on_ties())
 }
@@ -705,7 +705,7 @@ fn train_finetuned(
     let Trial { method, seed, lambda, .. } = *trial;
     // jury-v1's Crowdlayer trains as SkillAggregation without the regulariser does (same
     // loss, start and batches) and reads the context model alone, so the two share one
-    // run's checkpoints: the second replays them. The paper's Crowdlayer is its own model.
+    // run's checkpoints: the second replays them. The SkillAggregation paper's Crowdlayer is its own model.
     let (train_as, read_prior) = match (method, s.opts.recipe) {
         (NeuralMethod::Crowdlayer, Recipe::JuryV1) => (NeuralMethod::SkillAggNoReg, true),
         _ => (method, false),
@@ -827,7 +827,7 @@ mod tests {
         assert_ne!(k0, key(&base), "new encoder weights");
     }
 
-    /// Fine-tuning with the paper recipe trains the encoder at the heads' learning rate
+    /// Fine-tuning with the `paper` recipe trains the encoder at the heads' learning rate
     /// (one rate for every parameter, as the authors do); jury-v1 at its own 2e-5.
     #[test]
     fn the_paper_recipe_fine_tunes_everything_at_one_learning_rate() {
@@ -853,7 +853,7 @@ mod tests {
         assert_eq!(encoder_lr(&opts(Recipe::JuryV1)), FINETUNE_ENCODER_LR);
     }
 
-    /// The paper recipe takes the later epoch when the dev set ties; jury-v1 keeps the
+    /// The `paper` recipe takes the later epoch when the dev set ties; jury-v1 keeps the
     /// earlier one.
     #[test]
     fn dev_ties_go_to_the_later_epoch_with_the_paper_recipe() {

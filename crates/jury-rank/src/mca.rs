@@ -11,7 +11,7 @@ use crate::{Evaluation, Ranking, Responses};
 /// the prompts it answered. The agreement counts go through `eval`, so a noisy
 /// evaluation makes the consensus noisy too, as it would be for answers that can only be
 /// compared by a noisy function. For ROUGE this consensus is the medoid response, not the
-/// paper's bag of the 256 most frequent bigrams.
+/// triplet-ranking paper's bag of the 256 most frequent bigrams.
 pub fn most_common_answer(responses: &Responses, eval: &mut dyn Evaluation) -> Ranking {
     let (n, d_max) = (responses.n_models(), responses.n_prompts());
     let mut total = vec![0.0; n];

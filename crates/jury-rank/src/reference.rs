@@ -1,6 +1,6 @@
 //! What `jury rank` and `jury rank-sim` compute around a ranking method: the method and
 //! evaluation as typed options, the reference ranking (models by their similarity to
-//! reference answers) with the ranking's agreement to it, and the paper's multiple-choice
+//! reference answers) with the ranking's agreement to it, and the triplet-ranking paper's multiple-choice
 //! simulation study (Table 2, Figure 4).
 //!
 //! Invariant: a ranking of models that all score the same is the tie order by index;
@@ -19,7 +19,7 @@ use crate::{
     greedy_triplet_ranking, most_common_answer,
 };
 
-/// Rank-biased overlap persistence used throughout (the paper's p = 0.95).
+/// Rank-biased overlap persistence used throughout (the triplet-ranking paper's p = 0.95).
 pub const RBO_P: f64 = 0.95;
 
 /// A ranking method.
@@ -357,7 +357,7 @@ pub struct SimRow {
     pub noise: f64,
     pub rbo: PerMethod,
     pub map_at_5: PerMethod,
-    /// The paper's Table 2 RBO (mean, std) for MCA, FTR, GTR at this setting, if it has one.
+    /// The triplet-ranking paper's Table 2 RBO (mean, std) for MCA, FTR, GTR at this setting, if it has one.
     #[serde(skip)]
     pub paper_rbo: Option<[(f64, f64); 3]>,
 }
@@ -370,7 +370,7 @@ pub struct SimStudy {
     pub rows: Vec<SimRow>,
 }
 
-/// The paper's Table 2 (RBO mean, std) for MCA, FTR, GTR at best accuracy 30/50/70/90%.
+/// The triplet-ranking paper's Table 2 (RBO mean, std) for MCA, FTR, GTR at best accuracy 30/50/70/90%.
 const PAPER_TABLE2: [(f64, [(f64, f64); 3]); 4] = [
     (0.3, [(0.668, 0.26), (0.694, 0.26), (0.622, 0.21)]),
     (0.5, [(0.818, 0.23), (0.832, 0.22), (0.723, 0.19)]),

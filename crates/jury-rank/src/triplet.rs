@@ -169,7 +169,7 @@ mod tests {
     use crate::{Equality, most_common_answer};
     use proptest::prelude::*;
 
-    /// Accuracies that meet the paper's sufficient condition (a_k < a_i + a_j - 1 for
+    /// Accuracies that meet the triplet-ranking paper's sufficient condition (a_k < a_i + a_j - 1 for
     /// every triplet) with 50 options, so wrong answers rarely coincide.
     const SEPARATED: [f64; 5] = [0.97, 0.92, 0.8, 0.6, 0.3];
 

@@ -170,7 +170,7 @@ pub(crate) fn reliability(points: &[(f64, f64, usize)], min_confidence: f64) -> 
     Ok(svg)
 }
 
-/// A per-judge estimate (a learned slope, the paper's Figure 3, or a method's skill)
+/// A per-judge estimate (a learned slope, the SkillAggregation paper's Figure 3, or a method's skill)
 /// against judge accuracy, one point per judge; `what` names the vertical axis.
 pub(crate) fn slopes(points: &[(f64, f64)], what: &str) -> Result<String, ReportError> {
     let mut svg = String::new();

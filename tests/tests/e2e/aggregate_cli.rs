@@ -270,7 +270,7 @@ fn three_classes_from_a_jsonl_list_column() {
     assert!(predictions.starts_with("example_id,label,ds_p0,ds_p1,ds_p2,ds_label,avg_p0,"), "{predictions}");
 }
 
-/// The context-dependent methods on three classes (the paper's Appendix F form) with the
+/// The context-dependent methods on three classes (the SkillAggregation paper's Appendix F form) with the
 /// real encoder (all-MiniLM-L6-v2; `scripts/fetch-encoder.sh`): each example's context
 /// names its class, two of three judges are noisy, and SkillAggregation must use both.
 #[test]
@@ -466,15 +466,14 @@ fn a_seed_run_alone_repeats_the_same_seed_run_beside_others() {
     assert_eq!(method(&a, 0), method(&b, 1));
     assert_eq!(a["methods"]["ds"]["outside_dev"]["seeds"][0], b["methods"]["ds"]["outside_dev"]["seeds"][1]);
     assert!(String::from_utf8_lossy(&alone.stderr).contains("skillagg-noreg seed 1: chose lambda 0"));
-    // scripts/pool-seeds.py pools seed 0's run and seed 1's into what the run of both
+    // `jury pool-seeds` pools seed 0's run and seed 1's into what the run of both
     // reported, and refuses a seed given twice.
     let zero = aggregate_contexts(dir.path(), &cache, &[&flags[..], &["--seeds", "1"]].concat(), "zero");
     assert!(zero.status.success(), "{}", String::from_utf8_lossy(&zero.stderr));
     let pool = |runs: &[&str]| {
-        let script = repo_root().join("scripts/pool-seeds.py");
-        let mut cmd = std::process::Command::new("python3");
-        cmd.arg(script).args(runs.iter().map(|r| dir.path().join(r).join("metrics.json")));
-        cmd.arg("--out").arg(dir.path().join("pooled.json")).output().expect("python3")
+        let mut cmd = std::process::Command::new(crate::common::jury_bin());
+        cmd.arg("pool-seeds").args(runs.iter().map(|r| dir.path().join(r).join("metrics.json")));
+        cmd.arg("--out").arg(dir.path().join("pooled.json")).output().unwrap()
     };
     let pooled = pool(&["alone", "zero"]);
     assert!(pooled.status.success(), "{}", String::from_utf8_lossy(&pooled.stderr));
@@ -714,7 +713,7 @@ fn split_fields_embeds_each_field_alone() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--split-fields takes the frozen encoder"));
 }
 
-/// GPT-2 (the paper's encoder) named by hub model id: a tiny random GPT-2 laid out as
+/// GPT-2 (the SkillAggregation paper's encoder) named by hub model id: a tiny random GPT-2 laid out as
 /// the hub cache lays out `team/tiny-gpt2`, read offline, frozen and fine-tuned; with
 /// `--cache-dir` the embeddings and checkpoints go there instead of the user's cache.
 #[test]

@@ -453,7 +453,7 @@ fn every_shipped_config_passes_the_dry_run() {
 }
 
 /// The dry run of a HaluEval-sized experiment: 10,000 dialogues in the data set's format
-/// (written here), the paper's ten server judges with a fetched tokenizer folder: the
+/// (written here), the SkillAggregation paper's ten server judges with a fetched tokenizer folder: the
 /// counts, the calls, the prompt lengths of every example, an adaptive range and a time
 /// estimate from the judges' rates; a model file that is not there is named, with the
 /// rest of the report still given.

@@ -242,7 +242,7 @@ fn rank_sim_reproduces_the_papers_multiple_choice_table() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let sim: Value = serde_json::from_str(&fs::read_to_string(dir.path().join("rank-sim.json")).unwrap()).unwrap();
-    // The paper's Table 2 RBO (mean, std) of FTR and GTR at best accuracy 50/70/90%.
+    // The triplet-ranking paper's Table 2 RBO (mean, std) of FTR and GTR at best accuracy 50/70/90%.
     let paper =
         [(0.5, (0.832, 0.22), (0.723, 0.19)), (0.7, (0.927, 0.15), (0.833, 0.14)), (0.9, (0.981, 0.08), (0.919, 0.09))];
     for (row, (best, ftr, gtr)) in sim["rows"].as_array().unwrap().iter().zip(paper) {
@@ -257,7 +257,7 @@ fn rank_sim_reproduces_the_papers_multiple_choice_table() {
 #[test]
 fn ftr_degrades_less_than_mca_under_noisy_equality() {
     let dir = tempfile::tempdir().unwrap();
-    // The paper's Figure 4 setting: 10 models, 50 questions.
+    // The triplet-ranking paper's Figure 4 setting: 10 models, 50 questions.
     let out = jury(&[
         "rank-sim",
         "--models",

@@ -13,7 +13,7 @@ use crate::config::TrainConfig;
 use crate::train::adamw::FusedAdamW;
 
 /// A trained context model as its callers read and train it: jury-v1's binary and
-/// multi-class models and the paper recipe's, behind one interface (the frozen study
+/// multi-class models and the `paper` recipe's, behind one interface (the frozen study
 /// scores epochs through it, fine-tuning trains the encoder under it).
 pub(crate) trait ContextModel {
     /// The trainable tensors, in checkpoint order.
