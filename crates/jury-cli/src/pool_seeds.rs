@@ -33,8 +33,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
         });
         println!(
             "{name:<16} {:.2} +- {:.2} over seeds {:?}{free}{context}",
-            100.0 * m.accuracy,
-            100.0 * m.std,
+            100.0 * m.over.accuracy,
+            100.0 * m.over.std,
             pooled.seeds
         );
     }

@@ -126,14 +126,13 @@ pub fn pool_seeds(runs: &[SeedRun]) -> Result<PooledSeeds, PoolError> {
                 context.extend(seeds.iter().copied().zip(ctx.iter().copied()));
             }
         }
-        let seeds: Vec<f64> = order.iter().map(|s| accuracy[s]).collect();
-        let (acc, std) = mean_std(&seeds);
-        let context_accuracy = (context.len() == order.len()).then(|| {
-            let seeds: Vec<f64> = order.iter().map(|s| context[s]).collect();
+        let over = |by_seed: &BTreeMap<u64, f64>| {
+            let seeds: Vec<f64> = order.iter().map(|s| by_seed[s]).collect();
             let (accuracy, std) = mean_std(&seeds);
             OverSeeds { accuracy, std, seeds }
-        });
-        methods.push((name, PooledMethod { accuracy: acc, std, seeds, context_free, context_accuracy }));
+        };
+        let context_accuracy = (context.len() == order.len()).then(|| over(&context));
+        methods.push((name, PooledMethod { over: over(&accuracy), context_free, context_accuracy }));
     }
     Ok(PooledSeeds { seeds: order, methods: Named(methods) })
 }
@@ -168,13 +167,13 @@ mod tests {
         assert_eq!(p.seeds, [0, 1, 2]);
         let (name, sa) = &p.methods.0[0];
         assert_eq!((name.as_str(), sa.context_free), ("skillagg", false));
-        assert_eq!(sa.seeds, [0.8, 0.9, 0.7]);
+        assert_eq!(sa.over.seeds, [0.8, 0.9, 0.7]);
         let (mean, std) = mean_std(&[0.8, 0.9, 0.7]);
-        assert_eq!((sa.accuracy, sa.std), (mean, std));
+        assert_eq!((sa.over.accuracy, sa.over.std), (mean, std));
         assert!((std - 0.1).abs() < 1e-12, "{std}");
         assert_eq!(sa.context_accuracy.as_ref().unwrap().seeds, [0.65, 0.7, 0.6]);
         let (name, mv) = &p.methods.0[1];
-        assert_eq!((name.as_str(), mv.context_free, &mv.seeds[..]), ("mv", true, &[0.55, 0.6, 0.5][..]));
+        assert_eq!((name.as_str(), mv.context_free, &mv.over.seeds[..]), ("mv", true, &[0.55, 0.6, 0.5][..]));
     }
 
     #[test]

@@ -318,12 +318,9 @@ pub struct PooledSeeds {
 /// context-free method's on the same test splits (its `outside_dev`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PooledMethod {
-    #[serde(deserialize_with = "nan_if_null")]
-    pub accuracy: f64,
-    #[serde(deserialize_with = "nan_if_null")]
-    pub std: f64,
-    #[serde(deserialize_with = "nans_if_null")]
-    pub seeds: Vec<f64>,
+    /// The mean, deviation and per-seed accuracies, in `seeds` order.
+    #[serde(flatten)]
+    pub over: OverSeeds,
     /// A context-free method, scored on the context-dependent methods' test splits.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub context_free: bool,
