@@ -37,7 +37,9 @@ pub use kos::Kos;
 pub use mace::Mace;
 pub use mmsr::{MAX_MMSR_PAIRS, Mmsr};
 pub use onecoin::OneCoinDawidSkene;
-pub use select::{CandidateScore, HeldOutJudges, MAX_FOLDS, MIN_GAIN_SE, Selection, SelectionRule, scores_are_soft};
+pub use select::{
+    CandidateScore, Floor, HeldOutJudges, MAX_FOLDS, MIN_GAIN_SE, Selection, SelectionRule, scores_are_soft,
+};
 pub use ties::TieBreak;
 pub use vote::MajorityVote;
 pub use wawa::{Wawa, ZeroBasedSkill};

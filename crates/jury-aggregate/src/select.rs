@@ -16,6 +16,14 @@
 //! classical model of a crowd) stays unless another candidate beats it by at least
 //! [`MIN_GAIN_SE`] standard errors of the difference (examples as the independent
 //! units): a gap within the noise is no reason to leave it.
+//!
+//! A labelling with every example in one class predicts a held-out judge only through
+//! that judge's own rate of each vote: its score is the criterion's floor, what knowing
+//! nothing scores (a one-class labelling of any method scores it too). A candidate must
+//! clear the floor by the same margin to be chosen, and when the reference does not, the
+//! jury shows the criterion no signal its judges share (too few examples, or judges near
+//! chance): the recommendation is then the fallback, a method without a fit (AverageProb
+//! on scores, majority vote on verdicts), unless a candidate clears both.
 
 use jury_core::Judgments;
 use rand::SeedableRng;
@@ -63,6 +71,9 @@ pub enum SelectionRule {
     /// few examples to predict one from the others (and whose families would need
     /// judges x judges counts): the reference.
     TooManyJudges,
+    /// The reference predicted the held-out judges no better than the floor (by
+    /// [`MIN_GAIN_SE`] standard errors), and no candidate cleared both: the fallback.
+    NoSignal { folds: usize, examples: usize },
 }
 
 /// One candidate's result under the criterion.
@@ -85,6 +96,17 @@ pub struct Selection {
     pub chosen: usize,
     pub reference: usize,
     pub rule: SelectionRule,
+    /// The score of a one-class labelling, and the reference's gain over it in standard
+    /// errors; `None` where nothing was scored.
+    pub floor: Option<Floor>,
+}
+
+/// What knowing nothing scores under the criterion (a one-class labelling), and how far
+/// the reference is above it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Floor {
+    pub score: f64,
+    pub reference_gain_se: f64,
 }
 
 impl Selection {
@@ -95,17 +117,23 @@ impl Selection {
 
 impl HeldOutJudges {
     /// Scores `candidates` on `j` and chooses: `candidates[reference]` unless the
-    /// best-scoring other candidate beats it by [`MIN_GAIN_SE`] standard errors (ties of
-    /// the score go to the earlier candidate). A candidate whose settings cannot fit
-    /// these judgments (classes, judges) is left out; any other error is returned.
+    /// best-scoring other candidate beats it and the floor by [`MIN_GAIN_SE`] standard
+    /// errors (ties of the score go to the earlier candidate); `candidates[fallback]`
+    /// instead of the reference when the reference does not clear the floor. A candidate
+    /// whose settings cannot fit these judgments (classes, judges) is left out; any
+    /// other error is returned.
     pub fn choose(
         &self,
         j: &Judgments,
         candidates: &[&dyn Aggregator],
         reference: usize,
+        fallback: usize,
     ) -> Result<Selection, AggregateError> {
-        if reference >= candidates.len() {
-            return Err(AggregateError::Config { method: "recommended", reason: "no reference candidate".into() });
+        if reference >= candidates.len() || fallback >= candidates.len() {
+            return Err(AggregateError::Config {
+                method: "recommended",
+                reason: "no reference or fallback candidate".into(),
+            });
         }
         if j.n_examples() == 0 {
             return Err(AggregateError::Empty { method: "recommended" });
@@ -113,7 +141,7 @@ impl HeldOutJudges {
         let name = |i: usize| candidates[i].name();
         let unscored = |rule| {
             let scores = (0..candidates.len()).map(|i| CandidateScore { name: name(i), score: None, gain_se: None });
-            Selection { scores: scores.collect(), chosen: reference, reference, rule }
+            Selection { scores: scores.collect(), chosen: reference, reference, rule, floor: None }
         };
         if j.n_judges() > MAX_CORRELATED_JUDGES {
             return Ok(unscored(SelectionRule::TooManyJudges));
@@ -134,7 +162,7 @@ impl HeldOutJudges {
                 return Ok(None);
             }
             let (sub, position) = j.restrict(&rows, &keep);
-            let mut fold = Vec::with_capacity(candidates.len());
+            let mut fold = Vec::with_capacity(candidates.len() + 1);
             for candidate in candidates {
                 fold.push(match candidate.aggregate(&sub) {
                     Ok(a) => votes.predictive(held, a.labels(), &position, j.n_classes()),
@@ -142,13 +170,15 @@ impl HeldOutJudges {
                     Err(e) => return Err(e),
                 });
             }
+            // The floor rides last: one class for every example.
+            fold.push(votes.predictive(held, &vec![0; position.len()], &position, j.n_classes()));
             // A fold counts when the reference scored on it.
             Ok(fold[reference].is_some().then_some(fold))
         })?;
         // Per candidate and example: the sum over folds of its log-likelihood there
         // divided by the fold's number of votes; `None` once a candidate failed a fold.
         let n = rows.len();
-        let mut by_example: Vec<Option<Vec<f64>>> = vec![Some(vec![0.0; n]); candidates.len()];
+        let mut by_example: Vec<Option<Vec<f64>>> = vec![Some(vec![0.0; n]); candidates.len() + 1];
         let mut folds = 0;
         for fold in per_fold.into_iter().flatten() {
             folds += 1;
@@ -165,39 +195,39 @@ impl HeldOutJudges {
         if folds == 0 {
             return Ok(unscored(SelectionRule::TooFewJudges));
         }
+        let floor = by_example.pop().flatten().unwrap_or_default();
         let base = by_example[reference].clone().unwrap_or_default();
+        let score = |c: &[f64]| c.iter().sum::<f64>() / folds as f64;
         let scores: Vec<CandidateScore> = by_example
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                let Some(c) = c else { return CandidateScore { name: name(i), score: None, gain_se: None } };
-                let score = c.iter().sum::<f64>() / folds as f64;
-                let gain: Vec<f64> = c.iter().zip(&base).map(|(a, b)| a - b).collect();
-                let mean = gain.iter().sum::<f64>() / n as f64;
-                let var = gain.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
-                let se = (n as f64 * var).sqrt() / folds as f64;
-                let diff = mean * n as f64 / folds as f64;
-                let gain_se = if i == reference {
-                    0.0
-                } else if se > 0.0 {
-                    diff / se
-                } else {
-                    0.0
-                };
-                CandidateScore { name: name(i), score: Some(score), gain_se: Some(gain_se) }
+            .map(|(i, c)| match c {
+                Some(c) => CandidateScore {
+                    name: name(i),
+                    score: Some(score(c)),
+                    gain_se: Some(if i == reference { 0.0 } else { gain_se(c, &base, folds) }),
+                },
+                None => CandidateScore { name: name(i), score: None, gain_se: None },
             })
             .collect();
+        let over_floor: Vec<bool> =
+            by_example.iter().map(|c| c.as_ref().is_some_and(|c| gain_se(c, &floor, folds) >= MIN_GAIN_SE)).collect();
         let best = scores
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.gain_se.is_some_and(|z| z >= MIN_GAIN_SE))
+            .filter(|(i, c)| over_floor[*i] && c.gain_se.is_some_and(|z| z >= MIN_GAIN_SE))
             .filter_map(|(i, c)| c.score.map(|s| (i, s)))
             .fold(None, |best: Option<(usize, f64)>, (i, s)| match best {
                 Some((_, b)) if b >= s => best,
                 _ => Some((i, s)),
             });
-        let chosen = best.map_or(reference, |(i, _)| i);
-        Ok(Selection { scores, chosen, reference, rule: SelectionRule::HeldOutJudges { folds, examples: n } })
+        let (chosen, rule) = match best {
+            Some((i, _)) => (i, SelectionRule::HeldOutJudges { folds, examples: n }),
+            None if over_floor[reference] => (reference, SelectionRule::HeldOutJudges { folds, examples: n }),
+            None => (fallback, SelectionRule::NoSignal { folds, examples: n }),
+        };
+        let floor = Floor { score: score(&floor), reference_gain_se: gain_se(&base, &floor, folds) };
+        Ok(Selection { scores, chosen, reference, rule, floor: Some(floor) })
     }
 
     /// The examples the criterion reads, increasing: all, or a seeded draw of
@@ -211,6 +241,18 @@ impl HeldOutJudges {
         rows.sort_unstable();
         rows
     }
+}
+
+/// How many standard errors `c`'s score is above `base`'s: per-example sums over `folds`
+/// folds, examples as the independent units; 0 where the two never differ.
+fn gain_se(c: &[f64], base: &[f64], folds: usize) -> f64 {
+    let n = c.len();
+    let gain: Vec<f64> = c.iter().zip(base).map(|(a, b)| a - b).collect();
+    let mean = gain.iter().sum::<f64>() / n.max(1) as f64;
+    let var = gain.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+    let se = (n as f64 * var).sqrt() / folds as f64;
+    let diff = mean * n as f64 / folds as f64;
+    if se > 0.0 { diff / se } else { 0.0 }
 }
 
 /// `f(0..n)` on every available core, results in index order; the first error (in index
@@ -411,7 +453,8 @@ mod tests {
         let c = candidates();
         let refs: Vec<&dyn Aggregator> = c.iter().map(|b| b.as_ref()).collect();
         let reference = refs.iter().position(|a| a.name() == "ds").unwrap();
-        (HeldOutJudges::default().choose(j, &refs, reference).unwrap(), c)
+        let fallback = refs.iter().position(|a| a.name() == "mv").unwrap();
+        (HeldOutJudges::default().choose(j, &refs, reference, fallback).unwrap(), c)
     }
 
     /// Six near-copies of one mediocre judge and nine better independent judges:
@@ -483,15 +526,44 @@ mod tests {
 
     /// The criterion reads a seeded draw of examples: the same seed gives the same
     /// scores, and a jury under the cap is read whole.
+    /// Judges at chance share no signal: every labelling predicts a held-out judge as
+    /// well as one class for all examples does, at best, so the reference does not
+    /// clear the floor and the fallback (majority vote) is chosen, never a method
+    /// whose labels are all one class.
+    #[test]
+    fn judges_at_chance_give_the_fallback() {
+        let (j, _) = jury(200, &[0.5; 6], &[None; 6], 5);
+        let (s, c) = choose(&j);
+        let floor = s.floor.unwrap_or_else(|| panic!("{:?}", s.rule));
+        assert!(floor.reference_gain_se < MIN_GAIN_SE, "{floor:?}");
+        assert!(matches!(s.rule, SelectionRule::NoSignal { examples: 200, .. }), "{:?}", s.rule);
+        assert_eq!(s.chosen_name(), "mv");
+        let labels = c[s.chosen].aggregate(&j).unwrap().labels().to_vec();
+        assert!(labels.contains(&0) && labels.contains(&1), "{labels:?}");
+    }
+
+    /// A labelling with one class scores the floor exactly, whichever class.
+    #[test]
+    fn one_class_scores_the_floor() {
+        let (j, _) = jury(1000, &[0.8, 0.75, 0.7, 0.85], &[None; 4], 6);
+        let rows: Vec<usize> = (0..1000).collect();
+        let votes = Votes::read(&j, &rows);
+        let sum =
+            |labels: &[usize]| -> f64 { votes.predictive(2, labels, &rows, 2).unwrap().iter().map(|(_, l)| l).sum() };
+        assert_eq!(sum(&[0; 1000]), sum(&[1; 1000]));
+        let informative: Vec<usize> = (0..1000).map(|n| usize::from(j.row(n).next().unwrap().1[1] > 0.5)).collect();
+        assert!(sum(&informative) > sum(&[0; 1000]) + 5.0);
+    }
+
     #[test]
     fn the_draw_of_examples_is_seeded() {
         let (j, _) = jury(900, &[0.6, 0.7, 0.8, 0.75], &[None; 4], 4);
         let c = candidates();
         let refs: Vec<&dyn Aggregator> = c.iter().map(|b| b.as_ref()).collect();
-        let pick = |seed| HeldOutJudges { max_examples: 500, seed }.choose(&j, &refs, 6).unwrap();
+        let pick = |seed| HeldOutJudges { max_examples: 500, seed }.choose(&j, &refs, 6, 1).unwrap();
         assert_eq!(pick(7), pick(7));
         assert!(matches!(pick(7).rule, SelectionRule::HeldOutJudges { examples: 500, .. }));
-        let whole = HeldOutJudges::default().choose(&j, &refs, 6).unwrap();
+        let whole = HeldOutJudges::default().choose(&j, &refs, 6, 1).unwrap();
         assert!(matches!(whole.rule, SelectionRule::HeldOutJudges { examples: 900, .. }));
     }
 

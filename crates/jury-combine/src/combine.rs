@@ -69,7 +69,9 @@ impl Recommendation {
 impl Settings {
     /// Chooses the method `recommended` stands for on `j` (see [`HeldOutJudges`]) among
     /// [`Method::CANDIDATES`], the log-odds models only when most entries are scores
-    /// ([`scores_are_soft`]), with Dawid-Skene as the reference that stays unless beaten.
+    /// ([`scores_are_soft`]), with Dawid-Skene as the reference that stays unless beaten,
+    /// and AverageProb (on scores) or majority vote (on verdicts) where the jury shows the
+    /// criterion no signal.
     pub(crate) fn recommend(&self, j: &Judgments) -> Result<Recommendation, StudyError> {
         let soft = scores_are_soft(j);
         let candidates: Vec<(Method, Box<dyn Aggregator>)> = Method::CANDIDATES
@@ -79,8 +81,11 @@ impl Settings {
             .collect();
         let refs: Vec<&dyn Aggregator> = candidates.iter().map(|(_, a)| a.as_ref()).collect();
         let start = Instant::now();
-        let reference = candidates.iter().position(|(m, _)| *m == Method::Ds).unwrap_or(0);
-        let selection = HeldOutJudges { seed: self.seed, ..HeldOutJudges::default() }.choose(j, &refs, reference)?;
+        let position = |method: Method| candidates.iter().position(|(m, _)| *m == method).unwrap_or(0);
+        let reference = position(Method::Ds);
+        let fallback = position(if soft { Method::Avg } else { Method::Mv });
+        let selection =
+            HeldOutJudges { seed: self.seed, ..HeldOutJudges::default() }.choose(j, &refs, reference, fallback)?;
         let seconds = start.elapsed().as_secs_f64();
         Ok(Recommendation { method: candidates[selection.chosen].0, selection, seconds })
     }

@@ -41,6 +41,7 @@ fn recommendation(s: &Selection, seconds: f64) -> RecommendationMetrics {
         SelectionRule::HeldOutJudges { folds, examples } => (RecommendationMetrics::HELD_OUT_JUDGES, folds, examples),
         SelectionRule::TooFewJudges => (RecommendationMetrics::TOO_FEW_JUDGES, 0, 0),
         SelectionRule::TooManyJudges => (RecommendationMetrics::TOO_MANY_JUDGES, 0, 0),
+        SelectionRule::NoSignal { folds, examples } => (RecommendationMetrics::NO_SIGNAL, folds, examples),
     };
     RecommendationMetrics {
         rule: rule.to_owned(),
@@ -50,6 +51,8 @@ fn recommendation(s: &Selection, seconds: f64) -> RecommendationMetrics {
         examples,
         scores: Named(s.scores.iter().map(|c| (c.name.to_owned(), c.score)).collect()),
         gain_se: Named(s.scores.iter().map(|c| (c.name.to_owned(), c.gain_se)).collect()),
+        floor: s.floor.map(|f| f.score),
+        reference_over_floor_se: s.floor.map(|f| f.reference_gain_se),
         seconds,
     }
 }

@@ -51,7 +51,9 @@ pub struct RecommendationMetrics {
     /// [`RecommendationMetrics::HELD_OUT_JUDGES`] (the highest score) or
     /// [`RecommendationMetrics::TOO_FEW_JUDGES`] or
     /// [`RecommendationMetrics::TOO_MANY_JUDGES`] (no judge could be held out, or the
-    /// crowd is too sparse to: the reference).
+    /// crowd is too sparse to: the reference) or [`RecommendationMetrics::NO_SIGNAL`]
+    /// (the reference predicted the held-out judges no better than a one-class
+    /// labelling: the fallback, AverageProb on scores, majority vote on verdicts).
     pub rule: String,
     /// The method that stays unless another's score beats it by `min_gain_se` standard
     /// errors.
@@ -65,6 +67,13 @@ pub struct RecommendationMetrics {
     pub scores: Named<Option<f64>>,
     /// Each candidate's gain over the reference in standard errors.
     pub gain_se: Named<Option<f64>>,
+    /// The score of a one-class labelling (what knowing nothing scores), which a chosen
+    /// method must clear by `min_gain_se` standard errors too, and the reference's gain
+    /// over it in standard errors; absent where nothing was scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_over_floor_se: Option<f64>,
     /// How long the choice took; the chosen method's own fit is its `seconds`.
     pub seconds: f64,
 }
@@ -73,16 +82,27 @@ impl RecommendationMetrics {
     pub const HELD_OUT_JUDGES: &'static str = "held-out judges";
     pub const TOO_FEW_JUDGES: &'static str = "too few judges";
     pub const TOO_MANY_JUDGES: &'static str = "too many judges";
+    pub const NO_SIGNAL: &'static str = "no signal";
 
     /// Why `chosen` was chosen, in one line (the report's and the terminal's): its gain
     /// over the reference in standard errors, or the best other candidate's when the
     /// reference stayed.
     pub fn why(&self, chosen: &str) -> String {
+        let held = format!("{} judges held out with their near-copies, {} examples", self.folds, self.examples);
+        if self.rule == Self::NO_SIGNAL {
+            return format!(
+                "{chosen}: the fallback; the reference {} predicts the held-out judges' votes no better than one \
+                 class for every example ({:+.1} standard errors, under {}), nor does any other candidate clear \
+                 both; {held}",
+                self.reference,
+                self.reference_over_floor_se.unwrap_or(f64::NAN),
+                self.min_gain_se
+            );
+        }
         if self.rule != Self::HELD_OUT_JUDGES {
             return format!("{chosen}: the reference ({}: no judge can be held out and predicted)", self.rule);
         }
         let gain = |m: &str| self.gain_se.0.iter().find(|(n, _)| n == m).and_then(|(_, g)| *g);
-        let held = format!("{} judges held out with their near-copies, {} examples", self.folds, self.examples);
         if chosen == self.reference {
             let best = self
                 .gain_se
