@@ -2,12 +2,14 @@
 # mistral.rs's OpenAI-compatible server (`mistralrs serve`, crate mistralrs-cli 0.8.1, the
 # version jury's in-process judge links), for the server-judge tests. Built from the
 # crate as crates.io publishes it (sha256 checked), as a workspace of its own that uses
-# jury's Cargo.lock, jury's patched mistralrs-core and openai-harmony, jury's profile and
-# jury's target directory. jury-judge turns on the features the server turns on in the
-# crates both share, and the lines below the reverse (jury's features the server does
-# not ask for), so each shared crate, mistralrs-core included, compiles once for both:
-# after jury's test build this builds only the server's own crates. The binary is kept
-# in $HOME/.cache/servers/mistralrs-0.8.1/bin. Idempotent: prints the binary's path and
+# jury's Cargo.lock, jury's patched mistralrs-core and openai-harmony (at the same path
+# relative to the workspace root, through a link), jury's profile and jury's target
+# directory. jury-judge turns on the features the server turns on in the crates both
+# share, and the lines below the reverse (jury's features the server does not ask for),
+# so each shared crate, mistralrs-core included, compiles once for both: after jury's
+# build this compiles only the server's own crates (docs/benchmarks/build.md, "The
+# tests' mistral.rs server from jury's build"). The binary is kept in
+# $HOME/.cache/servers/mistralrs-0.8.1/bin. Idempotent: prints the binary's path and
 # does nothing else when it is already installed and runs.
 #
 #   scripts/servers/install-mistralrs-server.sh     # prints /path/to/mistralrs
@@ -48,8 +50,8 @@ fi
 {
   cat "$src/Cargo.toml.published"
   printf '\n[workspace]\n\n[patch.crates-io]\n'
-  printf 'mistralrs-core = { path = "%s/crates/vendor/mistralrs-core" }\n' "$repo"
-  printf 'openai-harmony = { path = "%s/crates/vendor/openai-harmony" }\n\n' "$repo"
+  printf 'mistralrs-core = { path = "crates/vendor/mistralrs-core" }\n'
+  printf 'openai-harmony = { path = "crates/vendor/openai-harmony" }\n\n'
   sed -n '/^\[profile\.dev\.package\."\*"\]/,/^\[profile\.release\]/p' "$repo/Cargo.toml" |
     sed '/^\[profile\.release\]/d; /^\[profile\.dev\.package\.jury-/,/^opt-level/d'
   cat <<'TOML'
@@ -67,6 +69,11 @@ rand_chacha = "0.9"
 serde_json = { version = "1", features = ["float_roundtrip"] }
 TOML
 } > "$src/Cargo.toml"
+# jury's patched crates at the same path relative to the workspace root as in jury's
+# workspace: cargo names a path crate's build by that relative path, so only then is the
+# server's mistralrs-core jury's.
+mkdir -p "$src/crates"
+ln -sfn "$repo/crates/vendor" "$src/crates/vendor"
 cp "$repo/Cargo.lock" "$src/Cargo.lock"
 # Run from a test, this inherits the variables cargo sets for the test (its package's
 # name, version and folder); build scripts that watch them (ring's) would then rebuild
