@@ -18,7 +18,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 root=${JURY_SERVERS_DIR:-$HOME/.cache/servers}
 dest=$root/mistralrs-0.8.1
 bin=$dest/bin/mistralrs
-if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
+if installed; then
   echo "$bin"; exit 0
 fi
 mkdir -p "$root"
@@ -27,7 +28,7 @@ mkdir -p "$root"
 if command -v flock >/dev/null; then
   exec 9>"$root/mistralrs-0.8.1.lock"
   flock 9
-  if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+  if installed; then
     echo "$bin"; exit 0
   fi
 fi
@@ -45,8 +46,9 @@ fi
 # The published manifest, then: its own workspace; jury's patched crates; jury's profile
 # for dependencies (the workspace Cargo.toml's, without jury's own crates' entries); the
 # server itself at opt-level 1 like jury's wiring crates; and the features jury's test
-# build turns on in crates the server shares (`cargo tree -e features` of both; a list
-# out of date costs build time, never a different server).
+# build turns on in crates the server shares (compared unit by unit with `cargo +nightly
+# build --unit-graph -Z unstable-options` of both, which, unlike `cargo tree`, keeps the
+# host's features apart; a list out of date costs build time, never a different server).
 {
   cat "$src/Cargo.toml.published"
   printf '\n[workspace]\n\n[patch.crates-io]\n'
@@ -85,5 +87,5 @@ echo "building mistralrs-cli 0.8.1 into $target (jury's build reused where it is
 CARGO_TARGET_DIR=$target cargo build -q --manifest-path "$src/Cargo.toml" --bin mistralrs >&2
 mkdir -p "$dest/bin"
 cp "$target/debug/mistralrs" "$bin.tmp" && mv "$bin.tmp" "$bin"
-"$bin" --version >/dev/null 2>&1 || { echo "error: $bin does not run" >&2; exit 1; }
+installed || { echo "error: $bin does not run" >&2; exit 1; }
 echo "$bin"

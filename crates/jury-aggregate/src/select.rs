@@ -210,8 +210,9 @@ impl HeldOutJudges {
                 None => CandidateScore { name: name(i), score: None, gain_se: None },
             })
             .collect();
-        let over_floor: Vec<bool> =
-            by_example.iter().map(|c| c.as_ref().is_some_and(|c| gain_se(c, &floor, folds) >= MIN_GAIN_SE)).collect();
+        let over_floor_se: Vec<Option<f64>> =
+            by_example.iter().map(|c| c.as_ref().map(|c| gain_se(c, &floor, folds))).collect();
+        let over_floor: Vec<bool> = over_floor_se.iter().map(|z| z.is_some_and(|z| z >= MIN_GAIN_SE)).collect();
         let best = scores
             .iter()
             .enumerate()
@@ -226,7 +227,7 @@ impl HeldOutJudges {
             None if over_floor[reference] => (reference, SelectionRule::HeldOutJudges { folds, examples: n }),
             None => (fallback, SelectionRule::NoSignal { folds, examples: n }),
         };
-        let floor = Floor { score: score(&floor), reference_gain_se: gain_se(&base, &floor, folds) };
+        let floor = Floor { score: score(&floor), reference_gain_se: over_floor_se[reference].unwrap_or(0.0) };
         Ok(Selection { scores, chosen, reference, rule, floor: Some(floor) })
     }
 
@@ -524,8 +525,6 @@ mod tests {
         assert!(s.scores.iter().all(|c| c.score.is_none()));
     }
 
-    /// The criterion reads a seeded draw of examples: the same seed gives the same
-    /// scores, and a jury under the cap is read whole.
     /// Judges at chance share no signal: every labelling predicts a held-out judge as
     /// well as one class for all examples does, at best, so the reference does not
     /// clear the floor and the fallback (majority vote) is chosen, never a method
@@ -555,6 +554,8 @@ mod tests {
         assert!(sum(&informative) > sum(&[0; 1000]) + 5.0);
     }
 
+    /// The criterion reads a seeded draw of examples: the same seed gives the same
+    /// scores, and a jury under the cap is read whole.
     #[test]
     fn the_draw_of_examples_is_seeded() {
         let (j, _) = jury(900, &[0.6, 0.7, 0.8, 0.75], &[None; 4], 4);
