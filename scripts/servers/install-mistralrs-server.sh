@@ -9,14 +9,16 @@
 # so each shared crate, mistralrs-core included, compiles once for both: after jury's
 # build this compiles only the server's own crates (docs/benchmarks/build.md, "The
 # tests' mistral.rs server from jury's build"). The binary is kept in
-# $HOME/.cache/servers/mistralrs-0.8.1/bin. Idempotent: prints the binary's path and
-# does nothing else when it is already installed and runs.
+# $HOME/.cache/servers/mistralrs-0.8.1-ID/bin, ID naming jury's patches, manifest and
+# lock file (a change to any builds a new server). Idempotent: prints the binary's path
+# and does nothing else when it is already installed and runs.
 #
 #   scripts/servers/install-mistralrs-server.sh     # prints /path/to/mistralrs
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 root=${JURY_SERVERS_DIR:-$HOME/.cache/servers}
-dest=$root/mistralrs-0.8.1
+id=$(cat "$repo"/crates/vendor/*.diff "$repo/Cargo.toml" "$repo/Cargo.lock" | sha256sum | cut -c1-12)
+dest=$root/mistralrs-0.8.1-$id
 bin=$dest/bin/mistralrs
 installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
 if installed; then

@@ -237,7 +237,9 @@ fn uses_f32(on_cpu: bool, precision: JudgePrecision) -> bool {
 /// How the engine fingerprint names where and in what a judge computes.
 fn device_label(on_cpu: bool, precision: JudgePrecision) -> &'static str {
     match (on_cpu, uses_f32(on_cpu, precision)) {
-        (true, _) => "cpu, f32 activations",
+        // crates/vendor's mistral.rs computes a CPU judge's attention with candle's
+        // matmul and softmax, not mistral.rs's own CPU kernel (scores differ by about 1e-6).
+        (true, _) => "cpu, f32 activations, attention by candle's matmul",
         (false, true) => "cuda, f32",
         (false, false) => "cuda, automatic dtype",
     }

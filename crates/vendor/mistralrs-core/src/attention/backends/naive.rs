@@ -9,6 +9,11 @@ use crate::attention::{chunked_attention, SdpaParams};
 
 /// Not *really* sure why this is necessary but it is.
 pub(crate) fn maybe_synchronize(device: &Device) -> Result<()> {
+    // jury: a CPU has nothing to synchronize, and asking the system for its free memory
+    // (every process listed) on each layer's attention costs more than the attention.
+    if device.is_cpu() {
+        return Ok(());
+    }
     // If less that 4 GB available, synchronize
     #[cfg(target_pointer_width = "64")]
     const FOUR_GIB: usize = 4 * 1024 * 1024 * 1024;
@@ -32,8 +37,14 @@ pub(crate) fn naive_sdpa(
 
     // Use chunked attention with a closure that captures the necessary parameters
     chunked_attention(q, k, v, mask, |q_chunk, k, v, mask_chunk| {
-        let mut att =
-            MatMul.matmul_affine_mul(q_chunk, &k.t()?, sdpa_params.softmax_scale.into())?;
+        // jury: on a CPU in the tensors' own dtype; `MatMul` multiplies in f16 there,
+        // where attention scores overflow (Qwen2.5-1.5B's are NaN by the first layer).
+        let cpu = q_chunk.device().is_cpu();
+        let mut att = if cpu {
+            (q_chunk.matmul(&k.t()?)? * f64::from(sdpa_params.softmax_scale))?
+        } else {
+            MatMul.matmul_affine_mul(q_chunk, &k.t()?, sdpa_params.softmax_scale.into())?
+        };
 
         if let Some(softcap) = sdpa_params.softcap {
             att = (att / softcap as f64)?;
@@ -46,6 +57,10 @@ pub(crate) fn naive_sdpa(
         }
 
         att = candle_nn::ops::softmax_last_dim(&att)?;
-        MatMul.matmul(&att, v)
+        if cpu {
+            att.matmul(v)
+        } else {
+            MatMul.matmul(&att, v)
+        }
     })
 }
