@@ -21,19 +21,8 @@ id=$(cat "$repo"/crates/vendor/*.diff "$repo/Cargo.toml" "$repo/Cargo.lock" | sh
 dest=$root/mistralrs-0.8.1-$id
 bin=$dest/bin/mistralrs
 installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
-if installed; then
-  echo "$bin"; exit 0
-fi
-mkdir -p "$root"
-# One install at a time (the tests of several binaries may ask at once); the one after
-# the first finds the binary there.
-if command -v flock >/dev/null; then
-  exec 9>"$root/mistralrs-0.8.1.lock"
-  flock 9
-  if installed; then
-    echo "$bin"; exit 0
-  fi
-fi
+. "$(dirname "$0")/once.sh"
+once mistralrs-0.8.1
 src=$root/mistralrs-cli-0.8.1
 sum=26bc2a0267ea22fa09eb61c6e78257f58d2704671c9666527ccb91a29275939c
 if [ ! -f "$src/Cargo.toml.published" ]; then
