@@ -232,16 +232,23 @@ fn proxy_faults_give_the_clean_runs_verdicts() {
     let server = crate::common::servers::llama_server_with(&qwen_gguf(), 2, 1, &["--no-cache-prompt"]);
     let n = 12;
     let clean = tempfile::tempdir().unwrap();
-    let extra = "      timeout_s: 3\n      retries: 12\n";
-    run_ok(&experiment(clean.path(), n, &server_judge("q", &[server.url()], extra), None));
-    let stall = Duration::from_secs(5);
+    let started = std::time::Instant::now();
+    run_ok(&experiment(clean.path(), n, &server_judge("q", &[server.url()], "      timeout_s: 120\n"), None));
+    // The faulty run's timeout is three clean requests long (a request took 1 s on one
+    // 2-core machine and 5 s on another), so only a stall times out: a request that timed
+    // out on its own would keep the server's one slot busy and the retries behind it
+    // would time out in turn. The stall outlasts the timeout.
+    let per_request = started.elapsed().as_secs_f64() / n as f64;
+    let timeout = (3.0 * per_request).ceil().max(3.0) as u64;
+    let extra = format!("      timeout_s: {timeout}\n      retries: 12\n");
+    let stall = Duration::from_secs(timeout + 2);
     let proxy = FaultProxy::start(
         server.port,
         vec![Fault::Pass, Fault::TooMany, Fault::ServerError, Fault::Pass, Fault::Reset, Fault::Stall(stall)],
     );
     let faulty = tempfile::tempdir().unwrap();
     let url = format!("http://127.0.0.1:{}", proxy.port);
-    run_ok(&experiment(faulty.path(), n, &server_judge("q", &[url], extra), None));
+    run_ok(&experiment(faulty.path(), n, &server_judge("q", &[url], &extra), None));
     assert!(proxy.faults_injected.load(std::sync::atomic::Ordering::SeqCst) >= 4);
     let (a, b) = (judgments(clean.path()), judgments(faulty.path()));
     assert_eq!(a.len(), n);
