@@ -20,10 +20,14 @@
 //! A labelling with every example in one class predicts a held-out judge only through
 //! that judge's own rate of each vote: its score is the criterion's floor, what knowing
 //! nothing scores (a one-class labelling of any method scores it too). A candidate must
-//! clear the floor by the same margin to be chosen, and when the reference does not, the
-//! jury shows the criterion no signal its judges share (too few examples, or judges near
-//! chance): the recommendation is then the fallback, a method without a fit (AverageProb
-//! on scores, majority vote on verdicts), unless a candidate clears both.
+//! clear the floor by the same margin to be chosen. The floor stands for the fallback, a
+//! method without a fit (AverageProb on scores, majority vote on verdicts), and is left
+//! for like any candidate: when it beats the reference by the margin, the reference's
+//! labels predict the judges worse than knowing nothing (the demo's three judges, two at
+//! chance: Dawid-Skene 10 standard errors below it) and the fallback is recommended,
+//! unless a candidate clears both. A reference between the two margins stays: too little
+//! evidence either way is no reason to leave it (TempoWiC's twelve zero-shot LLMs:
+//! Dawid-Skene 1.8 standard errors above the floor, 61.9% accurate, majority vote 51.5%).
 
 use jury_core::Judgments;
 use rand::SeedableRng;
@@ -71,8 +75,8 @@ pub enum SelectionRule {
     /// few examples to predict one from the others (and whose families would need
     /// judges x judges counts): the reference.
     TooManyJudges,
-    /// The reference predicted the held-out judges no better than the floor (by
-    /// [`MIN_GAIN_SE`] standard errors), and no candidate cleared both: the fallback.
+    /// The floor predicted the held-out judges better than the reference by
+    /// [`MIN_GAIN_SE`] standard errors, and no candidate cleared both: the fallback.
     NoSignal { folds: usize, examples: usize },
 }
 
@@ -119,7 +123,7 @@ impl HeldOutJudges {
     /// Scores `candidates` on `j` and chooses: `candidates[reference]` unless the
     /// best-scoring other candidate beats it and the floor by [`MIN_GAIN_SE`] standard
     /// errors (ties of the score go to the earlier candidate); `candidates[fallback]`
-    /// instead of the reference when the reference does not clear the floor. A candidate
+    /// instead of the reference when the floor beats the reference by that margin. A candidate
     /// whose settings cannot fit these judgments (classes, judges) is left out; any
     /// other error is returned.
     pub fn choose(
@@ -224,8 +228,12 @@ impl HeldOutJudges {
             });
         let (chosen, rule) = match best {
             Some((i, _)) => (i, SelectionRule::HeldOutJudges { folds, examples: n }),
-            None if over_floor[reference] => (reference, SelectionRule::HeldOutJudges { folds, examples: n }),
-            None => (fallback, SelectionRule::NoSignal { folds, examples: n }),
+            // The fallback is left for like any candidate: the floor (what it stands for)
+            // must beat the reference by the same margin.
+            None if over_floor_se[reference].is_some_and(|z| z <= -MIN_GAIN_SE) => {
+                (fallback, SelectionRule::NoSignal { folds, examples: n })
+            }
+            None => (reference, SelectionRule::HeldOutJudges { folds, examples: n }),
         };
         let floor = Floor { score: score(&floor), reference_gain_se: over_floor_se[reference].unwrap_or(0.0) };
         Ok(Selection { scores, chosen, reference, rule, floor: Some(floor) })
@@ -525,20 +533,61 @@ mod tests {
         assert!(s.scores.iter().all(|c| c.score.is_none()));
     }
 
-    /// Judges at chance share no signal: every labelling predicts a held-out judge as
-    /// well as one class for all examples does, at best, so the reference does not
-    /// clear the floor and the fallback (majority vote) is chosen, never a method
-    /// whose labels are all one class.
+    /// Judges at chance share no signal: every labelling predicts a held-out judge about
+    /// as well as one class for all examples does, so the reference does not clear the
+    /// floor, no candidate is chosen over it, and what is chosen (the reference, or the
+    /// fallback where the floor beats the reference) is never a one-class labelling.
     #[test]
-    fn judges_at_chance_give_the_fallback() {
+    fn judges_at_chance_choose_no_candidate() {
         let (j, _) = jury(200, &[0.5; 6], &[None; 6], 5);
         let (s, c) = choose(&j);
         let floor = s.floor.unwrap_or_else(|| panic!("{:?}", s.rule));
         assert!(floor.reference_gain_se < MIN_GAIN_SE, "{floor:?}");
-        assert!(matches!(s.rule, SelectionRule::NoSignal { examples: 200, .. }), "{:?}", s.rule);
-        assert_eq!(s.chosen_name(), "mv");
+        let expected = if floor.reference_gain_se <= -MIN_GAIN_SE { "mv" } else { "ds" };
+        assert_eq!(s.chosen_name(), expected, "{floor:?}");
+        assert_eq!(matches!(s.rule, SelectionRule::NoSignal { examples: 200, .. }), expected == "mv", "{:?}", s.rule);
         let labels = c[s.chosen].aggregate(&j).unwrap().labels().to_vec();
         assert!(labels.contains(&0) && labels.contains(&1), "{labels:?}");
+    }
+
+    /// The demo's shape: 40 examples, one judge voting yes on all, one at chance, one
+    /// right 29 times in 40.
+    fn demo_like(seed: u64) -> Judgments {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut entries = Vec::new();
+        for i in 0..40 {
+            let y = i % 2;
+            let chance = usize::from(rng.random::<f64>() < 0.5);
+            let good = if rng.random::<f64>() < 0.725 { y } else { 1 - y };
+            for v in [1, chance, good] {
+                entries.push(Some(if v == 1 { vec![0.0, 1.0] } else { vec![1.0, 0.0] }));
+            }
+        }
+        let ids = (0..40).map(|i| format!("e{i}")).collect();
+        let names = (0..3).map(|k| format!("j{k}")).collect();
+        Judgments::from_entries(ids, names, 2, entries).unwrap()
+    }
+
+    /// The fallback is left for like any candidate: where Dawid-Skene's labels predict the
+    /// held-out judges worse than one class does by the margin (the demo's shape), the
+    /// fallback; where the reference is within the margin of the floor (judges at or near
+    /// chance), the reference stays.
+    #[test]
+    fn the_fallback_needs_the_floor_to_beat_the_reference() {
+        let (s, c) = choose(&demo_like(3));
+        let z = s.floor.map_or(f64::NAN, |f| f.reference_gain_se);
+        assert!(z <= -MIN_GAIN_SE, "{z}");
+        assert!(matches!(s.rule, SelectionRule::NoSignal { examples: 40, .. }), "{:?}", s.rule);
+        let labels = c[s.chosen].aggregate(&demo_like(3)).unwrap().labels().to_vec();
+        assert_eq!(s.chosen_name(), "mv");
+        assert!(labels.contains(&0) && labels.contains(&1), "{labels:?}");
+        for (seed, accuracy) in [(5, 0.5), (8, 0.55), (7, 0.52)] {
+            let (j, _) = jury(200, &[accuracy; 6], &[None; 6], seed);
+            let (s, _) = choose(&j);
+            let z = s.floor.map_or(f64::NAN, |f| f.reference_gain_se);
+            assert!(z.abs() < MIN_GAIN_SE, "{seed}: {z}");
+            assert_eq!(s.chosen, s.reference, "{seed}: {:?}", s.rule);
+        }
     }
 
     /// A labelling with one class scores the floor exactly, whichever class.

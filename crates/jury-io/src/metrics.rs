@@ -91,11 +91,11 @@ impl RecommendationMetrics {
         let held = format!("{} judges held out with their near-copies, {} examples", self.folds, self.examples);
         if self.rule == Self::NO_SIGNAL {
             return format!(
-                "{chosen}: the fallback; the reference {} predicts the held-out judges' votes no better than one \
-                 class for every example ({:+.1} standard errors, under {}), nor does any other candidate clear \
+                "{chosen}: the fallback; the reference {} predicts the held-out judges' votes worse than one \
+                 class for every example, by {:.1} standard errors (at least {}), and no other candidate clears \
                  both; {held}",
                 self.reference,
-                self.reference_over_floor_se.unwrap_or(f64::NAN),
+                -self.reference_over_floor_se.unwrap_or(f64::NAN),
                 self.min_gain_se
             );
         }
