@@ -2,12 +2,11 @@
 //! jury-combine's (the label-free recommended method's uncertainty, jury-calibrate's
 //! draw); this module reads the judgments and writes the plan.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use jury_combine::{AggregateOptions, Settings};
-use jury_io::{INCLUSION_COLUMN, csv_field, read_judgments, write_atomic};
+use jury_io::{read_judgments, write_atomic};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -38,10 +37,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let settings = Settings::new(&AggregateOptions { seed: args.seed, ..Default::default() })?;
     let plan = jury_combine::label_plan(&judgments, &settings, args.budget, args.seed)
         .with_context(|| format!("planning {} labels for {}", args.budget, args.judgments.display()))?;
-    let mut text = format!("example_id,{INCLUSION_COLUMN}\n");
-    for (id, p) in &plan {
-        let _ = writeln!(text, "{},{p:.9}", csv_field(id));
-    }
+    let text = jury_io::label_plan_csv(plan.iter().map(|(id, p)| (id.as_str(), *p)));
     write_atomic(&args.out, text.as_bytes())?;
     println!(
         "wrote {} examples of {} to label to {} (add a label column, then jury aggregate --calibration)",

@@ -12,8 +12,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 use jury_datasets::ContextStyle;
+use jury_io::RunOutput;
 use jury_report::RunResults;
-use jury_runner::{JuryRun, OutputLayout};
+use jury_runner::JuryRun;
 
 use jury_combine::{AggregateOptions, Settings};
 
@@ -54,7 +55,7 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
     let mut exp = Experiment::read(&args.config)?;
     exp.overwrite |= args.force;
     if exp.aggregate.contexts.is_none() && exp.aggregate.wants_contexts() {
-        exp.aggregate.contexts = Some(OutputLayout::published_contexts(&exp.output));
+        exp.aggregate.contexts = Some(RunOutput::published_contexts(&exp.output));
     }
     let mut settings =
         Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
@@ -80,16 +81,16 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     settings.check_labeled(labeled).map_err(in_aggregate)?;
 
     // Judging: the output folder is taken first, then every judge's verdicts.
-    let (layout, run) = prepared.judge(&MultiProgress::new(), &|d| eprintln!("warning: {d}; judged again"))?;
+    let (out, run) = prepared.judge(&MultiProgress::new(), &|d| eprintln!("warning: {d}; judged again"))?;
     // Contexts the run derives itself are staged with the judging files.
-    let own_contexts = exp.aggregate.contexts == Some(OutputLayout::published_contexts(&exp.output));
+    let own_contexts = exp.aggregate.contexts == Some(RunOutput::published_contexts(&exp.output));
     let contexts = settings.context_style().filter(|_| own_contexts);
-    jury_runner::write_judging(&layout, &exp, &run, contexts)?;
+    jury_runner::write_judging(&out, &exp, &run, contexts)?;
     print_judged(&run);
 
     // Aggregation, with the calibration labels left out of scoring.
     if contexts.is_some() {
-        settings.read_contexts_from(layout.contexts());
+        settings.read_contexts_from(out.contexts());
     }
     let calibration = exp.calibration.as_ref().map(|c| c.labels.as_path());
     let (labels, calibration) = aggregate::with_calibration(&run.judgments, Some(run.labels.clone()), calibration)?;
@@ -100,7 +101,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         &settings,
         &aggregate::print_note,
     )?;
-    let (metrics, predictions) = aggregate::write(&study, layout.staging_dir(), layout.dir())?;
+    let (metrics, predictions) = aggregate::write(&study, out.staging_dir(), out.dir())?;
     println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
     let exact = run.exact_shares();
     if exact.values().any(|&e| e < 1.0) {
@@ -110,7 +111,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     // The manifest, the page (the hardest examples shown with their fields) and publishing.
     let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
     let manifest = jury_runner::manifest(&exp, &run, dequantized, started.elapsed().as_secs_f64());
-    jury_runner::write_manifest(&layout, &manifest)?;
+    jury_runner::write_manifest(&out, &manifest)?;
     let texts: HashMap<String, String> =
         run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
     let results = RunResults {
@@ -120,8 +121,8 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         categories: run.categories(),
         manifest: Some(manifest),
     };
-    crate::report::write(layout.staging_dir(), &results, &run.judgments, labels.as_ref(), Some(&texts))?;
-    layout.publish()?;
+    crate::report::write(out.staging_dir(), &results, &run.judgments, labels.as_ref(), Some(&texts))?;
+    out.publish()?;
     Ok(())
 }
 

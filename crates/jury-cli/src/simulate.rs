@@ -1,13 +1,12 @@
 //! `jury simulate`: writes a simulated jury with known skills as real input files, for
 //! demos and benchmarks that must run without downloaded judge outputs.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use jury_aggregate::{AdaptiveConfig, StoppingModel};
 use jury_combine::{AdaptiveSettings, adaptive_study, adaptive_table};
-use jury_io::{OutputDir, Owner, csv_field, layout, write_atomic};
+use jury_io::{OutputDir, Owner, layout, write_atomic};
 use jury_sim::{JuryConfig, simulate};
 
 #[derive(clap::Args)]
@@ -204,24 +203,12 @@ fn jury(args: JuryArgs) -> Result<()> {
     let cfg = JuryConfig::mixed_binary(args.examples, args.seed);
     let jury = simulate(&cfg).context("simulating the jury")?;
     let j = &jury.judgments;
-    let mut judgments = String::from("example_id,judge,p\n");
-    for n in 0..j.n_examples() {
-        for k in 0..j.n_judges() {
-            if let Some(p) = j.get(n, k) {
-                let _ = writeln!(
-                    judgments,
-                    "{},{},{:.6}",
-                    csv_field(&j.example_ids()[n]),
-                    csv_field(&j.judge_names()[k]),
-                    p[1]
-                );
-            }
-        }
-    }
-    let mut labels = String::from("example_id,label\n");
-    for (id, t) in j.example_ids().iter().zip(&jury.truth) {
-        let _ = writeln!(labels, "{},{}", csv_field(id), t);
-    }
+    let ids = j.example_ids();
+    let names = j.judge_names();
+    let judgments = jury_io::judgments_csv((0..j.n_examples()).flat_map(|n| {
+        (0..j.n_judges()).filter_map(move |k| Some((ids[n].as_str(), names[k].as_str(), j.get(n, k)?[1])))
+    }));
+    let labels = jury_io::labels_csv(ids.iter().map(String::as_str).zip(jury.truth.iter().copied()));
     let owner = Owner { command: "simulate".into(), source: "a simulated jury".into() };
     let out = OutputDir::open(&out_path, owner, &[layout::JUDGMENTS, layout::LABELS], args.force)?;
     write_atomic(&out.staged(layout::JUDGMENTS), judgments.as_bytes())?;

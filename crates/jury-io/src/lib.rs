@@ -10,13 +10,13 @@ mod calibration;
 mod columns;
 mod csv;
 mod input;
-pub mod layout;
 mod manifest;
 mod metrics;
 mod output;
 mod pairwise;
 mod predictions;
 mod records;
+mod run_tables;
 mod table;
 mod write;
 
@@ -35,16 +35,18 @@ pub use metrics::{
     AgreementMetrics, Chosen, ContextFreeMetrics, DiagnosticMetrics, ErrorCorrelationMetrics, JudgeMetrics,
     MethodMetrics, Metrics, NeuralMetrics, OverSeeds, PooledMethod, PooledSeeds, RecommendationMetrics,
 };
-pub use output::{OutputDir, OutputError, Owner, Protected};
+pub use output::{OutputDir, OutputError, Owner, Protected, RunOutput, layout};
 pub use pairwise::{ResponseTable, read_comparisons, read_responses};
 pub use predictions::{
     MethodPredictions, OrderedJudgment, Predictions, by_order_csv, parse_by_order, parse_predictions, read_by_order,
     read_predictions, six_decimals,
 };
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
-pub use table::{
-    CalibrationLabels, INCLUSION_COLUMN, read_calibration, read_categories, read_judgments, read_labels, read_texts,
+pub use run_tables::{
+    AdaptiveDecisionRow, INCLUSION_COLUMN, RunJudgment, adaptive_decisions_csv, categories_csv, failures_csv,
+    judgments_csv, label_plan_csv, labels_csv, run_judgments_csv, texts_csv,
 };
+pub use table::{CalibrationLabels, read_calibration, read_categories, read_judgments, read_labels, read_texts};
 pub use write::{csv_field, persist_synced, terminal_text, write_atomic};
 
 use std::path::PathBuf;

@@ -17,6 +17,7 @@ use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
 
 use crate::IoError;
 use crate::columns::{Columns, Value};
+use crate::run_tables::{CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, TEXT};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -212,8 +213,8 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
         return read_judgments_csv(path);
     }
     let t = Table::load(path)?;
-    let ids = t.required_text("example_id")?;
-    let judges = t.required_text("judge")?;
+    let ids = t.required_text(EXAMPLE_ID)?;
+    let judges = t.required_text(JUDGE)?;
     let probs = if t.has("probs") {
         ProbColumns::Lists(t.float_lists("probs")?)
     } else if t.has("p0") {
@@ -222,8 +223,8 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
             return Err(IoError::MissingColumn { path: path.to_owned(), column: "p1".into(), found: t.column_names() });
         }
         ProbColumns::PerClass(names.iter().map(|n| t.floats(n)).collect::<Result<_, _>>()?)
-    } else if t.has("p") {
-        ProbColumns::Binary(t.floats("p")?)
+    } else if t.has(P) {
+        ProbColumns::Binary(t.floats(P)?)
     } else {
         return Err(IoError::NoProbColumns { path: path.to_owned(), found: t.column_names() });
     };
@@ -294,7 +295,7 @@ impl CsvLayout {
                 found: found(),
             })
         };
-        let (id, judge) = (require("example_id")?, require("judge")?);
+        let (id, judge) = (require(EXAMPLE_ID)?, require(JUDGE)?);
         let probs = if let Some(i) = find("probs") {
             CsvProbs::Lists(i)
         } else if find("p0").is_some() {
@@ -304,7 +305,7 @@ impl CsvLayout {
                 return Err(IoError::MissingColumn { path: path.to_owned(), column: "p1".into(), found: found() });
             }
             CsvProbs::PerClass(cols)
-        } else if let Some(i) = find("p") {
+        } else if let Some(i) = find(P) {
             CsvProbs::Binary(i)
         } else {
             return Err(IoError::NoProbColumns { path: path.to_owned(), found: found() });
@@ -393,9 +394,9 @@ fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
             Some(v) if !v.trim().is_empty() => Ok(v),
             _ => Err(field(r.line, column, "empty value".into())),
         };
-        let (id, judge) = (required(layout.id, "example_id")?, required(layout.judge, "judge")?);
+        let (id, judge) = (required(layout.id, EXAMPLE_ID)?, required(layout.judge, JUDGE)?);
         let pushed = match &layout.probs {
-            CsvProbs::Binary(i) => match number(r, *i, "p")? {
+            CsvProbs::Binary(i) => match number(r, *i, P)? {
                 // Checked here so the error names the `p` the user wrote, not 1 - p.
                 Some(x) => jury_core::Prob::new(x).and_then(|_| builder.push_binary(id, judge, Some(x))),
                 None => builder.push_binary(id, judge, None),
@@ -423,27 +424,27 @@ fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
 /// of labeled examples that the judgments do not contain.
 pub fn read_labels(path: &Path, judgments: &Judgments) -> Result<(Labels, usize), IoError> {
     let t = Table::load(path)?;
-    let ids = t.strings("example_id")?;
+    let ids = t.strings(EXAMPLE_ID)?;
     if let Some(i) = ids.iter().position(|v| v.as_deref().is_none_or(|v| v.trim().is_empty())) {
-        return Err(t.field_err(i, "example_id", "empty value"));
+        return Err(t.field_err(i, EXAMPLE_ID, "empty value"));
     }
     let ids: Vec<String> = ids.into_iter().flatten().collect();
     let n_classes = judgments.n_classes();
-    let raw = t.strings("label")?;
+    let raw = t.strings(LABEL)?;
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut pairs = Vec::with_capacity(ids.len());
     for (i, (id, label)) in ids.iter().zip(&raw).enumerate() {
         let Some(text) = label.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
-            return Err(t.field_err(i, "label", "empty value"));
+            return Err(t.field_err(i, LABEL, "empty value"));
         };
         let label = parse_label(text, n_classes).ok_or_else(|| {
             let allowed = if n_classes == 2 { "0, 1, yes, no, true or false" } else { "a class index" };
-            t.field_err(i, "label", format!("`{text}` is not a label (expected {allowed}, below {n_classes})"))
+            t.field_err(i, LABEL, format!("`{text}` is not a label (expected {allowed}, below {n_classes})"))
         })?;
         if let Some(first) = seen.insert(id, i) {
             return Err(t.field_err(
                 i,
-                "example_id",
+                EXAMPLE_ID,
                 format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
             ));
         }
@@ -473,25 +474,25 @@ fn parse_label(text: &str, n_classes: usize) -> Option<usize> {
 /// `text`, any of the table formats. Duplicate ids and missing values are errors naming
 /// the row.
 pub fn read_texts(path: &Path) -> Result<HashMap<String, String>, IoError> {
-    read_keyed(path, "text")
+    read_keyed(path, TEXT)
 }
 
 /// Each example's category (a run's categories.csv: `example_id`, `category`).
 pub fn read_categories(path: &Path) -> Result<HashMap<String, String>, IoError> {
-    read_keyed(path, "category")
+    read_keyed(path, CATEGORY)
 }
 
 /// `example_id` -> the `column` value, every id once, no value missing.
 fn read_keyed(path: &Path, column: &str) -> Result<HashMap<String, String>, IoError> {
     let t = Table::load(path)?;
-    let ids = t.strings("example_id")?;
+    let ids = t.strings(EXAMPLE_ID)?;
     let texts = t.strings(column)?;
     let mut out = HashMap::with_capacity(ids.len());
     for (row, (id, text)) in ids.into_iter().zip(texts).enumerate() {
-        let id = id.ok_or_else(|| t.field_err(row, "example_id", "empty"))?;
+        let id = id.ok_or_else(|| t.field_err(row, EXAMPLE_ID, "empty"))?;
         let text = text.ok_or_else(|| t.field_err(row, column, "empty"))?;
         if out.insert(id.clone(), text).is_some() {
-            return Err(t.field_err(row, "example_id", format!("duplicate id `{id}`")));
+            return Err(t.field_err(row, EXAMPLE_ID, format!("duplicate id `{id}`")));
         }
     }
     Ok(out)
@@ -518,6 +519,71 @@ fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, IoError> {
 /// The line (1-based) that byte `offset` of `bytes` falls on.
 fn line_of(bytes: &[u8], offset: usize) -> usize {
     bytes[..offset].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// Calibration labels (`--calibration`, `calibration: {labels: FILE}`): the examples a
+/// user labeled to calibrate the jury, in file order, with the probability each had of
+/// being chosen when a label plan chose them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibrationLabels {
+    /// Each label's example, as its position in the judgments.
+    pub index: Vec<usize>,
+    pub labels: Vec<u8>,
+    /// The `inclusion_probability` column of a plan (`jury label-plan`), when present.
+    pub inclusion: Option<Vec<f64>>,
+}
+
+/// Reads calibration labels for a binary `judgments`: `example_id`, `label` (0/1, yes/no)
+/// and optionally [`INCLUSION_COLUMN`]. Every id must be among the judgments' examples;
+/// errors name the file, line and field.
+pub fn read_calibration(path: &Path, judgments: &Judgments) -> Result<CalibrationLabels, IoError> {
+    let t = Table::load(path)?;
+    let ids = t.strings(EXAMPLE_ID)?;
+    let raw = t.strings(LABEL)?;
+    let inclusion = if t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
+    let position: HashMap<&str, usize> =
+        judgments.example_ids().iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    let mut out = CalibrationLabels { index: vec![], labels: vec![], inclusion: inclusion.as_ref().map(|_| vec![]) };
+    for (i, (id, label)) in ids.iter().zip(&raw).enumerate() {
+        let Some(id) = id.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+            return Err(t.field_err(i, EXAMPLE_ID, "empty value"));
+        };
+        let Some(&n) = position.get(id) else {
+            return Err(t.field_err(i, EXAMPLE_ID, format!("`{id}` is not among the judgments' examples")));
+        };
+        let text = label.as_deref().map(str::trim).unwrap_or("");
+        let Some(l) = parse_label(text, 2).filter(|_| judgments.n_classes() == 2) else {
+            return Err(t.field_err(i, LABEL, format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
+        };
+        if let Some(first) = seen.insert(n, i) {
+            return Err(t.field_err(
+                i,
+                EXAMPLE_ID,
+                format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
+            ));
+        }
+        if let (Some(col), Some(out)) = (&inclusion, out.inclusion.as_mut()) {
+            match col[i] {
+                Some(p) if p > 0.0 && p <= 1.0 => out.push(p),
+                other => {
+                    let shown = other.map_or("empty".to_owned(), |p| p.to_string());
+                    return Err(t.field_err(i, INCLUSION_COLUMN, format!("{shown} is not a probability in (0, 1]")));
+                }
+            }
+        }
+        out.index.push(n);
+        out.labels.push(l as u8);
+    }
+    let ones = out.labels.iter().filter(|&&l| l == 1).count();
+    if ones == 0 || ones == out.labels.len() {
+        let class = if ones == 0 { 0 } else { 1 };
+        return Err(t.column_err(
+            LABEL,
+            format!("one class only ({} labels, all {class}): calibration needs examples of both", out.labels.len()),
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -702,72 +768,4 @@ mod tests {
         let empty = write(dir.path(), "e.csv", "example_id,label\n");
         assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
     }
-}
-
-/// Calibration labels (`--calibration`, `calibration: {labels: FILE}`): the examples a
-/// user labeled to calibrate the jury, in file order, with the probability each had of
-/// being chosen when a label plan chose them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CalibrationLabels {
-    /// Each label's example, as its position in the judgments.
-    pub index: Vec<usize>,
-    pub labels: Vec<u8>,
-    /// The `inclusion_probability` column of a plan (`jury label-plan`), when present.
-    pub inclusion: Option<Vec<f64>>,
-}
-
-/// The name of the optional column a label plan writes and the estimators read.
-pub const INCLUSION_COLUMN: &str = "inclusion_probability";
-
-/// Reads calibration labels for a binary `judgments`: `example_id`, `label` (0/1, yes/no)
-/// and optionally [`INCLUSION_COLUMN`]. Every id must be among the judgments' examples;
-/// errors name the file, line and field.
-pub fn read_calibration(path: &Path, judgments: &Judgments) -> Result<CalibrationLabels, IoError> {
-    let t = Table::load(path)?;
-    let ids = t.strings("example_id")?;
-    let raw = t.strings("label")?;
-    let inclusion = if t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
-    let position: HashMap<&str, usize> =
-        judgments.example_ids().iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
-    let mut seen: HashMap<usize, usize> = HashMap::new();
-    let mut out = CalibrationLabels { index: vec![], labels: vec![], inclusion: inclusion.as_ref().map(|_| vec![]) };
-    for (i, (id, label)) in ids.iter().zip(&raw).enumerate() {
-        let Some(id) = id.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
-            return Err(t.field_err(i, "example_id", "empty value"));
-        };
-        let Some(&n) = position.get(id) else {
-            return Err(t.field_err(i, "example_id", format!("`{id}` is not among the judgments' examples")));
-        };
-        let text = label.as_deref().map(str::trim).unwrap_or("");
-        let Some(l) = parse_label(text, 2).filter(|_| judgments.n_classes() == 2) else {
-            return Err(t.field_err(i, "label", format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
-        };
-        if let Some(first) = seen.insert(n, i) {
-            return Err(t.field_err(
-                i,
-                "example_id",
-                format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
-            ));
-        }
-        if let (Some(col), Some(out)) = (&inclusion, out.inclusion.as_mut()) {
-            match col[i] {
-                Some(p) if p > 0.0 && p <= 1.0 => out.push(p),
-                other => {
-                    let shown = other.map_or("empty".to_owned(), |p| p.to_string());
-                    return Err(t.field_err(i, INCLUSION_COLUMN, format!("{shown} is not a probability in (0, 1]")));
-                }
-            }
-        }
-        out.index.push(n);
-        out.labels.push(l as u8);
-    }
-    let ones = out.labels.iter().filter(|&&l| l == 1).count();
-    if ones == 0 || ones == out.labels.len() {
-        let class = if ones == 0 { 0 } else { 1 };
-        return Err(t.column_err(
-            "label",
-            format!("one class only ({} labels, all {class}): calibration needs examples of both", out.labels.len()),
-        ));
-    }
-    Ok(out)
 }

@@ -12,8 +12,8 @@ use jury_judge::Template;
 
 use crate::experiment::{Experiment, ExperimentError, JudgeEntry};
 use crate::judging::RunError;
-use crate::output::OutputLayout;
 use crate::stages::sample_examples;
+use jury_io::RunOutput;
 
 /// Prompt lengths in tokens over every judged example.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +81,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: b
     exp.check_all_but_presence(config)?;
     // The output folder as the run will take it (not a file, writable, not in use, not
     // another's), read only.
-    OutputLayout::check(&exp.output, &exp.name, exp.overwrite || force)?;
+    RunOutput::check(&exp.output, &exp.name, exp.overwrite || force)?;
     let mut absent: Vec<String> = exp.absent(config).iter().map(ExperimentError::to_string).collect();
     for j in &exp.judges {
         if j.model_present() == Some(false) && j.gguf.is_none() {
@@ -226,7 +226,7 @@ fn wall(judges: &[JudgePlan]) -> Option<(f64, f64)> {
 /// Judgments per second of each judge that scored anything in the run whose manifest
 /// is in `output` (none when there is none or it cannot be read).
 fn earlier_rates(output: &Path) -> HashMap<String, f64> {
-    let Ok(text) = std::fs::read_to_string(OutputLayout::published_manifest(output)) else {
+    let Ok(text) = std::fs::read_to_string(RunOutput::published_manifest(output)) else {
         return HashMap::new();
     };
     let Ok(m) = serde_json::from_str::<jury_io::Manifest>(&text) else { return HashMap::new() };

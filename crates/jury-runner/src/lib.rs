@@ -2,7 +2,7 @@
 //! examples and jurors it names ([`prepare`]), every juror's pass through the durable
 //! cache (server judges all at once, in-process ones one at a time), the collected
 //! verdicts as a judgments matrix ([`JuryRun`]), and the judging files and manifest of
-//! an output directory ([`OutputLayout`]). Each stage returns a value; `jury run` calls
+//! an output directory (`jury_io::RunOutput` says where each goes). Each stage returns a value; `jury run` calls
 //! them in order. Aggregation is not here: its options ride through [`Experiment`]'s
 //! type parameter. Also `rank --eval llm:`'s judge ([`LlmEvaluation`]).
 
@@ -11,8 +11,8 @@ mod dry_run;
 mod experiment;
 mod judging;
 mod llm_eval;
-mod output;
 mod record;
+mod run_files;
 mod stages;
 
 pub use adaptive::{AdaptiveRecord, Decision};
@@ -23,6 +23,6 @@ pub use judging::{
     judgment_key, server_counters,
 };
 pub use llm_eval::{LlmEvalConfig, LlmEvaluation};
-pub use output::{OutputLayout, manifest, write_judging, write_manifest};
 pub use record::{Examples, JudgeRecord, JuryRun};
+pub use run_files::{manifest, write_judging, write_manifest};
 pub use stages::{Prepared, jurors, prepare, sample_examples};

@@ -19,8 +19,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::experiment::{DatasetConfig, Experiment, JudgeEntry, Runtime, tokenizer_dir};
 use crate::judging::{JudgeSpec, Juror, RunError, run_jury};
-use crate::output::OutputLayout;
 use crate::record::{Examples, JudgeRecord, JuryRun};
+use jury_io::RunOutput;
 
 /// Loads the data set, draws `limit` examples with `seed` (kept in file order) and adds
 /// the swapped pairs when both orders are judged.
@@ -164,7 +164,7 @@ impl<A> Prepared<'_, A> {
         self,
         bars: &MultiProgress,
         dropped: &dyn Fn(&jury_cache::DroppedRecord),
-    ) -> Result<(OutputLayout, JuryRun), RunError> {
+    ) -> Result<(RunOutput, JuryRun), RunError> {
         let started = Instant::now();
         let Prepared { exp, examples, template, jurors } = self;
         let own_templates: Vec<Option<(std::path::PathBuf, String)>> = exp
@@ -175,9 +175,9 @@ impl<A> Prepared<'_, A> {
                 entry.prompt.as_ref().map(|p| (p.clone(), jury_cache::key(&[juror.template.source_text.as_bytes()])))
             })
             .collect();
-        let layout = OutputLayout::open(&exp.output, &exp.name, exp.overwrite)?;
+        let out = RunOutput::open(&exp.output, &exp.name, exp.overwrite)?;
         let judged = (|| {
-            let cache = Cache::<Verdict>::open_checked(&layout.cache(), Verdict::check, exp.runtime.bad_cache_records)?;
+            let cache = Cache::<Verdict>::open_checked(&out.cache(), Verdict::check, exp.runtime.bad_cache_records)?;
             cache.dropped().iter().for_each(dropped);
             let cache = Arc::new(Mutex::new(cache));
             let rt =
@@ -196,7 +196,7 @@ impl<A> Prepared<'_, A> {
         let (outcomes, adaptive) = match judged {
             Ok(o) => o,
             Err(e) => {
-                layout.abandon();
+                out.abandon();
                 return Err(e);
             }
         };
@@ -224,7 +224,7 @@ impl<A> Prepared<'_, A> {
             seconds: started.elapsed().as_secs_f64(),
             adaptive,
         };
-        Ok((layout, run))
+        Ok((out, run))
     }
 }
 

@@ -181,7 +181,7 @@ fn crates_that_know(home: &str, dep: &str, names: &[String]) -> Vec<String> {
 /// code (test modules aside) takes them from there.
 #[test]
 fn output_file_names_are_spelled_only_in_the_layout_module() {
-    let layout_path = root().join("crates/jury-io/src/layout.rs");
+    let layout_path = root().join("crates/jury-io/src/output/layout.rs");
     let layout = std::fs::read_to_string(&layout_path).unwrap();
     let names: Vec<String> = layout
         .lines()

@@ -1,6 +1,7 @@
 //! The names of the files jury's commands write into an output folder, in one place:
-//! the writers (the runner, the aggregation study, the CLI's commands) and the reader
-//! (the report) take them from here, so no file name is spelled twice.
+//! the writers (the runner through [`super::RunOutput`], the aggregation study, the CLI's
+//! commands) and the readers (the report, the dry run) take them from here, so no file
+//! name is spelled twice.
 
 /// A study's (`jury aggregate`, a run's aggregation): its metrics.
 pub const METRICS: &str = "metrics.json";
@@ -31,6 +32,24 @@ pub const RESOLVED_CONFIG: &str = "config.resolved.yaml";
 pub const MANIFEST: &str = "manifest.json";
 /// `jury run` with `adaptive:`: each example's judges asked and why it stopped.
 pub const ADAPTIVE_DECISIONS: &str = "adaptive.csv";
+
+/// Every file `jury run` may write: the judging stage's, then its study's.
+pub const RUN: [&str; 14] = [
+    CACHE,
+    JUDGMENTS,
+    LABELS,
+    FAILURES,
+    JUDGMENTS_BY_ORDER,
+    PROMPTS,
+    CONTEXTS,
+    CATEGORIES,
+    RESOLVED_CONFIG,
+    MANIFEST,
+    ADAPTIVE_DECISIONS,
+    METRICS,
+    PREDICTIONS,
+    REPORT,
+];
 
 /// `jury simulate adaptive`: the replay.
 pub const ADAPTIVE_REPLAY: &str = "adaptive.json";

@@ -20,6 +20,15 @@
 //! complete. A command that fails before publishing leaves the previous files as they
 //! were, and its staging folder is removed (by the failing process, or by the next
 //! command on the directory); a folder it created and kept nothing in goes too.
+//!
+//! This module is the output folder's one home: the files' names ([`layout`]), taking
+//! and publishing a folder ([`OutputDir`]) and where each file of `jury run` goes
+//! ([`RunOutput`]).
+
+pub mod layout;
+mod run;
+
+pub use run::RunOutput;
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -28,9 +37,9 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::json;
 
-const MARKER: &str = crate::layout::MARKER;
+const MARKER: &str = layout::MARKER;
 const LOCK: &str = ".jury.lock";
-const STAGING: &str = crate::layout::STAGING;
+const STAGING: &str = layout::STAGING;
 /// Jury's own bookkeeping in every output folder, whoever wrote the rest.
 const OWN: [&str; 3] = [LOCK, MARKER, STAGING];
 
@@ -302,7 +311,7 @@ fn check_contents(at: &Path, dir: &Path, owner: &Owner, names: &[&str], overwrit
     let jurys = |name: &str| {
         OWN.contains(&name)
             || names.contains(&name)
-            || marked && (listed.iter().any(|f| f == name) || name == crate::layout::REPORT)
+            || marked && (listed.iter().any(|f| f == name) || name == layout::REPORT)
     };
     let mut theirs = Vec::new();
     for entry in std::fs::read_dir(at).map_err(io(dir, "list the output folder"))? {
@@ -716,7 +725,7 @@ mod tests {
         let o = OutputDir::open(&own, owner("e"), NAMES, false).unwrap();
         std::fs::write(o.staged("a.csv"), "1").unwrap();
         o.publish().unwrap();
-        std::fs::write(own.join(crate::layout::REPORT), "<html>").unwrap();
+        std::fs::write(own.join(layout::REPORT), "<html>").unwrap();
         OutputDir::open(&own, owner("e"), NAMES, false).unwrap();
         std::fs::write(own.join("extra.txt"), "mine").unwrap();
         let e = OutputDir::open(&own, owner("e"), NAMES, false).unwrap_err();

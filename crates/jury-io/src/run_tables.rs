@@ -1,0 +1,236 @@
+//! The tables jury writes for itself and reads back (a run's judgments, labels,
+//! categories, contexts, failures and adaptive decisions; a simulated jury; a label
+//! plan): each table's columns are named here once, for its writer below and for the
+//! readers in `table.rs`, so a file a command writes is one contract.
+
+use std::fmt::Write as _;
+
+use crate::csv_field;
+
+/// Every table's key column.
+pub(crate) const EXAMPLE_ID: &str = "example_id";
+/// The judgments tables' judge column.
+pub(crate) const JUDGE: &str = "judge";
+/// The binary judgments' probability of the positive verdict.
+pub(crate) const P: &str = "p";
+/// The labels table's class column.
+pub(crate) const LABEL: &str = "label";
+/// The contexts table's text column.
+pub(crate) const TEXT: &str = "text";
+/// The categories table's column.
+pub(crate) const CATEGORY: &str = "category";
+/// The label plan's column: each example's probability of being in the plan, which the
+/// calibration estimators read.
+pub const INCLUSION_COLUMN: &str = "inclusion_probability";
+
+/// One judgment as `jury run` records it: the verdict probability and the numbers
+/// behind it.
+#[derive(Debug, Clone, Copy)]
+pub struct RunJudgment<'a> {
+    pub example_id: &'a str,
+    pub judge: &'a str,
+    /// P(positive) among the verdict tokens; `None` when both underflow to 0.
+    pub p: Option<f64>,
+    pub p_positive: f64,
+    pub p_negative: f64,
+    pub p_tie: Option<f64>,
+    /// P(positive) + P(negative).
+    pub mass: f64,
+    pub n_tokens: usize,
+    pub truncated: bool,
+    /// Whether every verdict token's probability was observed.
+    pub exact: bool,
+}
+
+/// One example's decision in an adaptive run.
+#[derive(Debug, Clone)]
+pub struct AdaptiveDecisionRow<'a> {
+    pub example_id: &'a str,
+    /// The judges asked, in the order asked.
+    pub asked: Vec<&'a str>,
+    /// How many of them answered.
+    pub answered: usize,
+    /// Why the example stopped (warm-up, settled, every-judge).
+    pub stop: &'a str,
+    /// The stopping model's probability after the last answer (`None` in the warm-up).
+    pub confidence: Option<f64>,
+}
+
+/// Six decimals, or empty for a missing value.
+fn six(p: Option<f64>) -> String {
+    p.map_or(String::new(), |y| format!("{y:.6}"))
+}
+
+/// judgments.csv of `jury run`: example_id, judge, p, p_positive, p_negative, p_tie,
+/// mass, n_tokens, truncated, exact.
+pub fn run_judgments_csv<'a>(rows: impl IntoIterator<Item = RunJudgment<'a>>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{JUDGE},{P},p_positive,p_negative,p_tie,mass,n_tokens,truncated,exact\n");
+    for r in rows {
+        let _ = writeln!(
+            table,
+            "{},{},{},{:e},{:e},{},{:e},{},{},{}",
+            csv_field(r.example_id),
+            csv_field(r.judge),
+            six(r.p),
+            r.p_positive,
+            r.p_negative,
+            r.p_tie.map_or(String::new(), |t| format!("{t:e}")),
+            r.mass,
+            r.n_tokens,
+            r.truncated,
+            r.exact
+        );
+    }
+    table
+}
+
+/// A binary judgments table: example_id, judge, p (six decimals).
+pub fn judgments_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str, f64)>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{JUDGE},{P}\n");
+    for (id, judge, p) in rows {
+        let _ = writeln!(table, "{},{},{p:.6}", csv_field(id), csv_field(judge));
+    }
+    table
+}
+
+/// A labels table: example_id, label (the class index).
+pub fn labels_csv<'a>(rows: impl IntoIterator<Item = (&'a str, usize)>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{LABEL}\n");
+    for (id, label) in rows {
+        let _ = writeln!(table, "{},{label}", csv_field(id));
+    }
+    table
+}
+
+/// A contexts table: example_id, text.
+pub fn texts_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    keyed_csv(TEXT, rows)
+}
+
+/// A categories table: example_id, category.
+pub fn categories_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    keyed_csv(CATEGORY, rows)
+}
+
+fn keyed_csv<'a>(column: &str, rows: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{column}\n");
+    for (id, value) in rows {
+        let _ = writeln!(table, "{},{}", csv_field(id), csv_field(value));
+    }
+    table
+}
+
+/// failures.csv of `jury run`: example_id, judge, reason (the examples a server
+/// rejected for good).
+pub fn failures_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{JUDGE},reason\n");
+    for (id, judge, reason) in rows {
+        let _ = writeln!(table, "{},{},{}", csv_field(id), csv_field(judge), csv_field(reason));
+    }
+    table
+}
+
+/// adaptive.csv of `jury run`: example_id, asked (`;` between judges), answered, stop,
+/// confidence.
+pub fn adaptive_decisions_csv<'a>(rows: impl IntoIterator<Item = AdaptiveDecisionRow<'a>>) -> String {
+    let mut table = format!("{EXAMPLE_ID},asked,answered,stop,confidence\n");
+    for r in rows {
+        let _ = writeln!(
+            table,
+            "{},{},{},{},{}",
+            csv_field(r.example_id),
+            csv_field(&r.asked.join(";")),
+            r.answered,
+            r.stop,
+            six(r.confidence)
+        );
+    }
+    table
+}
+
+/// A label plan: example_id, inclusion_probability (nine decimals).
+pub fn label_plan_csv<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN}\n");
+    for (id, p) in rows {
+        let _ = writeln!(table, "{},{p:.9}", csv_field(id));
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{read_categories, read_judgments, read_labels, read_texts};
+
+    fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn what_the_writers_write_the_readers_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run_judgments_csv([
+            RunJudgment {
+                example_id: "a,1",
+                judge: "j",
+                p: Some(0.75),
+                p_positive: 0.3,
+                p_negative: 0.1,
+                p_tie: None,
+                mass: 0.4,
+                n_tokens: 12,
+                truncated: false,
+                exact: true,
+            },
+            RunJudgment {
+                example_id: "b",
+                judge: "j",
+                p: None,
+                p_positive: 0.0,
+                p_negative: 0.0,
+                p_tie: Some(0.5),
+                mass: 0.0,
+                n_tokens: 3,
+                truncated: true,
+                exact: false,
+            },
+        ]);
+        assert_eq!(
+            run,
+            "example_id,judge,p,p_positive,p_negative,p_tie,mass,n_tokens,truncated,exact\n\
+             \"a,1\",j,0.750000,3e-1,1e-1,,4e-1,12,false,true\nb,j,,0e0,0e0,5e-1,0e0,3,true,false\n"
+        );
+        let judgments = read_judgments(&write(dir.path(), "run.csv", &run)).unwrap();
+        assert_eq!(judgments.example_ids(), ["a,1", "b"]);
+        let simple =
+            read_judgments(&write(dir.path(), "j.csv", &judgments_csv([("a,1", "j", 0.25), ("b", "j", 1.0 / 3.0)])))
+                .unwrap();
+        assert_eq!(simple.get(1, 0).map(|p| p[1]), Some(0.333333));
+        let labels = write(dir.path(), "l.csv", &labels_csv([("a,1", 1), ("b", 0)]));
+        let (labels, extra) = read_labels(&labels, &simple).unwrap();
+        assert_eq!((labels.get(0), labels.get(1), extra), (Some(1), Some(0), 0));
+        let texts = read_texts(&write(dir.path(), "t.csv", &texts_csv([("a,1", "x \"y\"\nz")]))).unwrap();
+        assert_eq!(texts["a,1"], "x \"y\"\nz");
+        let categories = read_categories(&write(dir.path(), "c.csv", &categories_csv([("b", "Law")]))).unwrap();
+        assert_eq!(categories["b"], "Law");
+    }
+
+    #[test]
+    fn decisions_failures_and_plans_keep_their_columns() {
+        let row = AdaptiveDecisionRow {
+            example_id: "q",
+            asked: vec!["a", "b"],
+            answered: 2,
+            stop: "settled",
+            confidence: Some(0.95),
+        };
+        assert_eq!(
+            adaptive_decisions_csv([row]),
+            "example_id,asked,answered,stop,confidence\nq,a;b,2,settled,0.950000\n"
+        );
+        assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
+        assert_eq!(label_plan_csv([("q", 0.5)]), "example_id,inclusion_probability\nq,0.500000000\n");
+    }
+}
