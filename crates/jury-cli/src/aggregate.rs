@@ -1,5 +1,5 @@
 //! `jury aggregate`: judgments file in, posteriors, labels and scores out. The study is
-//! jury-combine's; this module reads the inputs, hands them over, writes and prints.
+//! jury-study's; this module reads the inputs, hands them over, writes and prints.
 //!
 //! Order of work: check the options, take the output folder (checked and locked, so a
 //! second command on it is refused at once, naming this one), read and validate every
@@ -10,12 +10,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use jury_combine::{AggregateOptions, Settings, Study};
 use jury_core::{Judgments, Labels};
 use jury_io::layout::{METRICS, PREDICTIONS};
 use jury_io::{CalibrationLabels, OutputDir, Owner, read_judgments, read_labels};
 use jury_neural::Note;
 use jury_report::RunResults;
+use jury_study::{AggregateOptions, Settings, Study};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -76,7 +76,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let out = args.files.open_out("aggregate", &[METRICS, PREDICTIONS, jury_report::REPORT_FILE])?;
     let (judgments, labels) = args.files.read()?;
     let (labels, calibration) = with_calibration(&judgments, labels, args.calibration.as_deref())?;
-    let study = jury_combine::run_calibrated(
+    let study = jury_study::run_calibrated(
         &judgments,
         labels.as_ref(),
         calibration.as_ref().map(|(c, dropped)| (c, *dropped)),
@@ -107,7 +107,7 @@ pub(crate) fn with_calibration(
     let calibration = jury_io::read_calibration(path, judgments)?;
     Ok(match labels {
         Some(l) => {
-            let (kept, dropped) = jury_combine::scoring_labels(&l, &calibration);
+            let (kept, dropped) = jury_study::scoring_labels(&l, &calibration);
             (Some(kept), Some((calibration, dropped)))
         }
         None => (None, Some((calibration, 0))),

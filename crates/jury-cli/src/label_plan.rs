@@ -1,12 +1,12 @@
 //! `jury label-plan`: which examples to label for calibration. The plan is
-//! jury-combine's (the label-free recommended method's uncertainty, jury-calibrate's
+//! jury-study's (the label-free recommended method's uncertainty, jury-calibrate's
 //! draw); this module reads the judgments and writes the plan.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use jury_combine::{AggregateOptions, Settings};
 use jury_io::{read_judgments, write_atomic};
+use jury_study::{AggregateOptions, Settings};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -35,7 +35,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     }
     let judgments = read_judgments(&args.judgments)?;
     let settings = Settings::new(&AggregateOptions { seed: args.seed, ..Default::default() })?;
-    let plan = jury_combine::label_plan(&judgments, &settings, args.budget, args.seed)
+    let plan = jury_study::label_plan(&judgments, &settings, args.budget, args.seed)
         .with_context(|| format!("planning {} labels for {}", args.budget, args.judgments.display()))?;
     let text = jury_io::label_plan_csv(plan.iter().map(|(id, p)| (id.as_str(), *p)));
     write_atomic(&args.out, text.as_bytes())?;

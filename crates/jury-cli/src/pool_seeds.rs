@@ -1,11 +1,11 @@
 //! `jury pool-seeds`: several runs' seeds as one run over all of them. The pooling and
-//! its checks are jury-combine's; this module reads the files and prints.
+//! its checks are jury-study's; this module reads the files and prints.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use jury_combine::SeedRun;
 use jury_io::{Metrics, write_atomic};
+use jury_study::SeedRun;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -25,7 +25,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .iter()
         .map(|path| Ok(SeedRun { path: path.clone(), metrics: Metrics::read(path)? }))
         .collect::<Result<Vec<_>>>()?;
-    let pooled = jury_combine::pool_seeds(&runs).context("pooling seeds")?;
+    let pooled = jury_study::pool_seeds(&runs).context("pooling seeds")?;
     for (name, m) in &pooled.methods.0 {
         let free = if m.context_free { " (context-free, same test splits)" } else { "" };
         let context = m.context_accuracy.as_ref().map_or(String::new(), |c| {

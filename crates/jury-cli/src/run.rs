@@ -1,6 +1,6 @@
 //! `jury run CONFIG`: one YAML experiment end to end, read top to bottom in [`run`]:
 //! jury-runner checks the config and judges through the durable cache (so a killed run
-//! resumes) and writes the judging files, jury-combine aggregates, jury-report draws the
+//! resumes) and writes the judging files, jury-study aggregates, jury-report draws the
 //! page, and the output folder is published at once.
 //!
 //! Relative paths in the config are relative to the directory `jury run` is started in.
@@ -16,7 +16,7 @@ use jury_io::RunOutput;
 use jury_report::RunResults;
 use jury_runner::JuryRun;
 
-use jury_combine::{AggregateOptions, Settings};
+use jury_study::{AggregateOptions, Settings};
 
 use crate::aggregate;
 
@@ -73,7 +73,7 @@ pub(crate) fn prepare(args: &Args) -> Result<(Experiment, Settings)> {
 /// failure before that leaves it as it was).
 pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     let started = Instant::now();
-    let in_aggregate = |e: jury_combine::StudyError| anyhow::Error::from(e).context("`aggregate`");
+    let in_aggregate = |e: jury_study::StudyError| anyhow::Error::from(e).context("`aggregate`");
 
     // Examples and jurors, checked before any model loads or file is written.
     let prepared = jury_runner::prepare(&exp)?;
@@ -94,7 +94,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     }
     let calibration = exp.calibration.as_ref().map(|c| c.labels.as_path());
     let (labels, calibration) = aggregate::with_calibration(&run.judgments, Some(run.labels.clone()), calibration)?;
-    let study = jury_combine::run_calibrated(
+    let study = jury_study::run_calibrated(
         &run.judgments,
         labels.as_ref(),
         calibration.as_ref().map(|(c, dropped)| (c, *dropped)),

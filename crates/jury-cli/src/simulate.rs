@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use jury_aggregate::{AdaptiveConfig, StoppingModel};
-use jury_combine::{AdaptiveSettings, adaptive_study, adaptive_table};
 use jury_io::{OutputDir, Owner, layout, write_atomic};
 use jury_sim::{JuryConfig, simulate};
+use jury_study::{AdaptiveSettings, adaptive_study, adaptive_table};
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -180,14 +180,12 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
     let out = args.files.open_out("simulate calibration", &[layout::CALIBRATION_REPLAY, jury_report::REPORT_FILE])?;
     let (judgments, labels) = args.files.read()?;
     let labels = labels.with_context(|| format!("reading {}", labels_path.display()))?;
-    let settings =
-        jury_combine::Settings::new(&jury_combine::AggregateOptions { seed: args.seed, ..Default::default() })?;
-    let replay =
-        jury_combine::calibration_replay(&judgments, &labels, &settings, &args.budgets, args.trials, args.seed)?;
+    let settings = jury_study::Settings::new(&jury_study::AggregateOptions { seed: args.seed, ..Default::default() })?;
+    let replay = jury_study::calibration_replay(&judgments, &labels, &settings, &args.budgets, args.trials, args.seed)?;
     replay.write(out.staging_dir())?;
     jury_report::write_page(out.staging_dir(), &jury_report::render_calibration(out.staging_dir())?)?;
     out.publish()?;
-    print!("{}", jury_combine::calibration_table(&replay));
+    print!("{}", jury_study::calibration_table(&replay));
     println!(
         "wrote {} and {}",
         args.files.out.join(layout::CALIBRATION_REPLAY).display(),

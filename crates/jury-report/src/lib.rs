@@ -154,7 +154,7 @@ mod tests {
         render(&Inputs { results: &results, judgments: j, labels, contexts: None })
     }
 
-    /// A HaluEval-shaped simulated run (binary, ten judges, labels) through jury-combine,
+    /// A HaluEval-shaped simulated run (binary, ten judges, labels) through jury-study,
     /// its files in a folder, one judge named like markup and one context with a script.
     fn run(dir: &Path) -> (Judgments, Labels, HashMap<String, String>) {
         let jury = jury_sim::simulate(&jury_sim::JuryConfig::mixed_binary(600, 3)).unwrap();
@@ -166,8 +166,8 @@ mod tests {
         }
         let j = b.build();
         let labels = Labels::new(2, jury.truth.iter().map(|&t| Some(t)).collect()).unwrap();
-        let settings = jury_combine::Settings::new(&jury_combine::AggregateOptions::default()).unwrap();
-        let study = jury_combine::run(&j, Some(&labels), &settings, &|_| {}).unwrap();
+        let settings = jury_study::Settings::new(&jury_study::AggregateOptions::default()).unwrap();
+        let study = jury_study::run(&j, Some(&labels), &settings, &|_| {}).unwrap();
         study.write(dir).unwrap();
         let contexts = j
             .example_ids()
@@ -291,8 +291,8 @@ mod tests {
         }
         let j = b.build();
         let labels = Labels::new(2, (0..j.n_examples()).map(|n| Some(n % 2)).collect()).unwrap();
-        let settings = jury_combine::Settings::new(&jury_combine::AggregateOptions::default()).unwrap();
-        jury_combine::run(&j, Some(&labels), &settings, &|_| {}).unwrap().write(dir.path()).unwrap();
+        let settings = jury_study::Settings::new(&jury_study::AggregateOptions::default()).unwrap();
+        jury_study::run(&j, Some(&labels), &settings, &|_| {}).unwrap().write(dir.path()).unwrap();
         let html = page(dir.path(), &j, Some(&labels)).unwrap();
         assert!(html.contains("The 30 judges with the most judgments of 100"), "no note");
         for k in 0..100 {
@@ -325,28 +325,26 @@ mod study_tests {
 
     /// The win-rate page: a row per pair with winrate.json's numbers, generator names as
     /// text, an unidentifiable pair's reason, a chart.
-    /// The page of `jury simulate adaptive`'s file, written by jury-combine's own writer:
+    /// The page of `jury simulate adaptive`'s file, written by jury-study's own writer:
     /// the chosen setting marked, a chart when labels scored the curve, none without.
     #[test]
     fn adaptive_page_from_the_replays_file() {
         let sim = jury_sim::simulate(&jury_sim::JuryConfig::mixed_binary(400, 3)).unwrap();
         let labels = jury_core::Labels::new(2, sim.truth.iter().map(|&t| Some(t)).collect()).unwrap();
-        let settings = jury_combine::AdaptiveSettings {
+        let settings = jury_study::AdaptiveSettings {
             chosen: jury_aggregate::AdaptiveConfig::default(),
             targets: vec![0.9, 0.95],
             warmups: vec![0.05, 0.2],
             costs: None,
         };
         let k = sim.judgments.n_judges();
-        let costly = jury_combine::AdaptiveSettings {
-            costs: Some((0..k).map(|i| 1.0 + i as f64).collect()),
-            ..settings.clone()
-        };
+        let costly =
+            jury_study::AdaptiveSettings { costs: Some((0..k).map(|i| 1.0 + i as f64).collect()), ..settings.clone() };
         // (labels, costs, charts): one chart against calls, a second against cost.
         for (with_labels, s, charts) in [(true, &settings, 1), (false, &settings, 0), (true, &costly, 2)] {
             let dir = tempfile::tempdir().unwrap();
             let l = with_labels.then_some(&labels);
-            jury_combine::adaptive_study(&sim.judgments, l, s).unwrap().write(dir.path()).unwrap();
+            jury_study::adaptive_study(&sim.judgments, l, s).unwrap().write(dir.path()).unwrap();
             let html = render_adaptive(dir.path()).unwrap();
             assert_eq!(html.matches("<svg").count(), charts, "{html}");
             assert_eq!(html.contains("Accuracy against cost"), charts == 2, "{html}");

@@ -1,6 +1,6 @@
-//! Combines one judgments matrix by every method its options name (jury-aggregate's
-//! label-free methods and jury-neural's context-dependent ones), scored against labels
-//! when there are any, as typed results ([`Study`]) and the files they become
+//! An aggregation study of one jury: every method its options name (jury-aggregate's
+//! label-free methods and jury-neural's context-dependent ones) over one judgments
+//! matrix, scored against labels when there are any, as typed results ([`Study`]) and the files they become
 //! (metrics.json as `jury_io::Metrics`, predictions.csv). `jury aggregate` and the end
 //! of `jury run` are this crate; the algorithms are not.
 //!
@@ -10,20 +10,20 @@
 
 mod adaptive;
 mod calibration;
-mod combine;
 mod options;
 mod pool;
+mod study;
 mod views;
 
 use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use calibration::{calibration_replay, calibration_table, label_plan, scoring_labels};
-pub use combine::{MethodRun, NeuralStudy, Recommendation, Study, run, run_calibrated};
 pub use options::{
     AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
 };
 pub use pool::{PoolError, SeedRun, pool_seeds};
+pub use study::{MethodRun, NeuralStudy, Recommendation, Study, run, run_calibrated};
 
 /// What a study could not do.
 #[derive(Debug, thiserror::Error)]
