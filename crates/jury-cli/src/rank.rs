@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use jury_io::{read_responses, write_atomic};
+use jury_io::read_responses;
 use jury_rank::{
     EvalSpec, RankMethod, RankReport, Ranking, Responses, SimOptions, SimStudy, score_against_reference, simulate_study,
 };
@@ -117,7 +117,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let path = args.out.join(jury_io::layout::RANKING);
-    write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+    jury_io::write_json(&path, &report)?;
     jury_report::write_page(&args.out, &jury_report::render_ranking(&args.out)?)?;
     println!("wrote {} and {}", path.display(), args.out.join(jury_report::REPORT_FILE).display());
     Ok(())
@@ -169,7 +169,7 @@ pub(crate) fn run_sim(args: SimArgs) -> Result<()> {
     print!("{}", sim_table(&study));
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        write_atomic(&dir.join(jury_io::layout::RANK_SIM), serde_json::to_string_pretty(&study)?.as_bytes())?;
+        jury_io::write_json(&dir.join(jury_io::layout::RANK_SIM), &study)?;
     }
     Ok(())
 }

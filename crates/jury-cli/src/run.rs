@@ -86,6 +86,8 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     let own_contexts = exp.aggregate.contexts == Some(RunOutput::published_contexts(&exp.output));
     let contexts = settings.context_style().filter(|_| own_contexts);
     jury_runner::write_judging(&out, &exp, &run, contexts)?;
+    let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
+    let mut manifest = jury_runner::manifest(&exp, &run, dequantized);
     print_judged(&run);
 
     // Aggregation, with the calibration labels left out of scoring.
@@ -108,10 +110,10 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
         println!("share of exact verdicts (every verdict token observed): {exact:?}");
     }
 
-    // The manifest, the page (the hardest examples shown with their fields) and publishing.
-    let dequantized = std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some();
-    let manifest = jury_runner::manifest(&exp, &run, dequantized, started.elapsed().as_secs_f64());
-    jury_runner::write_manifest(&out, &manifest)?;
+    // The manifest (its time the whole command's), the page (the hardest examples shown
+    // with their fields) and publishing.
+    manifest.total_seconds = started.elapsed().as_secs_f64();
+    manifest.write(&out.manifest())?;
     let texts: HashMap<String, String> =
         run.examples.original.iter().map(|e| (e.id.clone(), ContextStyle::Fields.text(e))).collect();
     let results = RunResults {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::ProgressBar;
-use jury_io::{read_comparisons, write_atomic};
+use jury_io::read_comparisons;
 use jury_winrate::{PairEstimate, Prior, StudyOptions, study};
 
 #[derive(clap::Args)]
@@ -48,7 +48,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     bar.finish_and_clear();
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let path = args.out.join(jury_io::layout::WINRATE);
-    write_atomic(&path, serde_json::to_string_pretty(&result)?.as_bytes())?;
+    jury_io::write_json(&path, &result)?;
     jury_report::write_page(&args.out, &jury_report::render_winrate(&args.out)?)?;
     print!("{}", table(&result.pairs));
     let with_human = result.pairs.iter().filter(|p| p.abs_error.is_some()).count();

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{IoError, Named, layout, write_atomic};
+use crate::{IoError, Named, layout};
 
 /// calibration.json: per budget and sampling, each method's accuracy outside the
 /// calibration set and each estimator's coverage of the true rate. Accuracies and rates
@@ -61,18 +61,12 @@ pub struct ReplayCoverage {
 impl CalibrationReplay {
     /// Writes calibration.json into `dir`, atomically.
     pub fn write(&self, dir: &Path) -> Result<(), IoError> {
-        let path = dir.join(layout::CALIBRATION_REPLAY);
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| IoError::Write { path: path.clone(), source: std::io::Error::other(e) })?;
-        write_atomic(&path, text.as_bytes())
+        crate::write_json(&dir.join(layout::CALIBRATION_REPLAY), self)
     }
 
     /// Reads `dir`'s calibration.json.
     pub fn read(dir: &Path) -> Result<Self, IoError> {
-        let path = dir.join(layout::CALIBRATION_REPLAY);
-        let text = crate::read_input_to_string(&path)
-            .map_err(|e| IoError::Read { path: path.clone(), source: Box::new(e) })?;
-        serde_json::from_str(&text).map_err(|e| IoError::Read { path, source: Box::new(e) })
+        crate::read_json(&dir.join(layout::CALIBRATION_REPLAY))
     }
 }
 

@@ -47,7 +47,7 @@ pub use run_tables::{
     judgments_csv, label_plan_csv, labels_csv, run_judgments_csv, texts_csv,
 };
 pub use table::{CalibrationLabels, read_calibration, read_categories, read_judgments, read_labels, read_texts};
-pub use write::{csv_field, persist_synced, terminal_text, write_atomic};
+pub use write::{csv_field, persist_synced, read_json, terminal_text, write_atomic, write_json};
 
 use std::path::PathBuf;
 

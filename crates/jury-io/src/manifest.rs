@@ -5,9 +5,11 @@
 //! that may be undefined is an `Option` (written as `null`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::IoError;
 
 /// manifest.json.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +28,18 @@ pub struct Manifest {
     /// An adaptive run's settings and calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<ManifestAdaptive>,
+}
+
+impl Manifest {
+    /// Reads a manifest.json.
+    pub fn read(path: &Path) -> Result<Self, IoError> {
+        crate::read_json(path)
+    }
+
+    /// Writes this record as manifest.json at `path`.
+    pub fn write(&self, path: &Path) -> Result<(), IoError> {
+        crate::write_json(path, self)
+    }
 }
 
 /// A prompt template and the SHA-256 of its file.

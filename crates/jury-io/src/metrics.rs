@@ -319,9 +319,12 @@ impl MethodMetrics {
 impl Metrics {
     /// Reads a metrics.json.
     pub fn read(path: &Path) -> Result<Self, IoError> {
-        let read = |source: Box<dyn std::error::Error + Send + Sync>| IoError::Read { path: path.to_owned(), source };
-        let text = crate::read_input_to_string(path).map_err(|e| read(Box::new(e)))?;
-        serde_json::from_str(&text).map_err(|e| read(Box::new(e)))
+        crate::read_json(path)
+    }
+
+    /// Writes this record as metrics.json at `path`.
+    pub fn write(&self, path: &Path) -> Result<(), IoError> {
+        crate::write_json(path, self)
     }
 }
 

@@ -8,7 +8,7 @@ use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{IoError, layout, write_atomic};
+use crate::{IoError, layout};
 
 /// Entries keyed by name (a judge's), in their order: a JSON object whose keys keep the
 /// order they were written in.
@@ -89,18 +89,12 @@ pub struct AdaptivePoint {
 impl AdaptiveStudy {
     /// Writes adaptive.json into `dir`, atomically.
     pub fn write(&self, dir: &Path) -> Result<(), IoError> {
-        let path = dir.join(layout::ADAPTIVE_REPLAY);
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| IoError::Write { path: path.clone(), source: std::io::Error::other(e) })?;
-        write_atomic(&path, text.as_bytes())
+        crate::write_json(&dir.join(layout::ADAPTIVE_REPLAY), self)
     }
 
     /// Reads `dir`'s adaptive.json.
     pub fn read(dir: &Path) -> Result<Self, IoError> {
-        let path = dir.join(layout::ADAPTIVE_REPLAY);
-        let text = crate::read_input_to_string(&path)
-            .map_err(|e| IoError::Read { path: path.clone(), source: Box::new(e) })?;
-        serde_json::from_str(&text).map_err(|e| IoError::Read { path, source: Box::new(e) })
+        crate::read_json(&dir.join(layout::ADAPTIVE_REPLAY))
     }
 }
 

@@ -21,6 +21,21 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), IoError> {
     Ok(())
 }
 
+/// Writes `value` as pretty-printed JSON to `path`, atomically: every JSON record a
+/// command leaves in its folder (metrics.json, manifest.json, winrate.json, ...).
+pub fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), IoError> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| IoError::Write { path: path.to_owned(), source: std::io::Error::other(e) })?;
+    write_atomic(path, text.as_bytes())
+}
+
+/// Reads a JSON record written by [`write_json`] (within the input size limit).
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, IoError> {
+    let read = |source: Box<dyn std::error::Error + Send + Sync>| IoError::Read { path: path.to_owned(), source };
+    let text = crate::read_input_to_string(path).map_err(|e| read(Box::new(e)))?;
+    serde_json::from_str(&text).map_err(|e| read(Box::new(e)))
+}
+
 /// Makes `tmp`, a file a writer filled beside `path` (in the same directory, for
 /// writers that take a path of their own, such as safetensors), durable and then
 /// visible as `path` in one rename: `path` is the old file or the whole new one.

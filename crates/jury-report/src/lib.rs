@@ -54,9 +54,9 @@ impl RunResults {
     /// damaged or hand-edited file is named; predictions.csv only when `labeled`.
     pub fn read(dir: &Path, labeled: bool) -> Result<Self, ReportError> {
         let present = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
-        let metrics: Metrics = read_json(&dir.join(layout::METRICS))?;
+        let metrics = Metrics::read(&dir.join(layout::METRICS))?;
         check::metrics(&dir.join(layout::METRICS), &metrics)?;
-        let manifest: Option<Manifest> = present(layout::MANIFEST).map(|p| read_json(&p)).transpose()?;
+        let manifest = present(layout::MANIFEST).map(|p| Manifest::read(&p)).transpose()?;
         if let Some(m) = &manifest {
             check::manifest(&dir.join(layout::MANIFEST), m)?;
         }
@@ -68,12 +68,6 @@ impl RunResults {
             categories: present(layout::CATEGORIES).map(|p| jury_io::read_categories(&p)).transpose()?,
         })
     }
-}
-
-fn read_json<T: for<'de> serde::Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
-    let text = jury_io::read_input_to_string(path)
-        .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
-    serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
 }
 
 /// What a run's page is drawn from: its results and the inputs they were computed from.

@@ -5,7 +5,7 @@
 use jury_io::layout;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{ReportError, plots};
 
@@ -28,10 +28,8 @@ struct PairRow {
     note: String,
 }
 
-fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ReportError> {
-    let text = jury_io::read_input_to_string(path)
-        .map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })?;
-    serde_json::from_str(&text).map_err(|e| ReportError::Read { path: path.to_owned(), reason: e.to_string() })
+fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReportError> {
+    Ok(jury_io::read_json(path)?)
 }
 
 fn f3(x: f64) -> String {

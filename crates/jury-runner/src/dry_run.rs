@@ -226,10 +226,7 @@ fn wall(judges: &[JudgePlan]) -> Option<(f64, f64)> {
 /// Judgments per second of each judge that scored anything in the run whose manifest
 /// is in `output` (none when there is none or it cannot be read).
 fn earlier_rates(output: &Path) -> HashMap<String, f64> {
-    let Ok(text) = std::fs::read_to_string(RunOutput::published_manifest(output)) else {
-        return HashMap::new();
-    };
-    let Ok(m) = serde_json::from_str::<jury_io::Manifest>(&text) else { return HashMap::new() };
+    let Ok(m) = jury_io::Manifest::read(&RunOutput::published_manifest(output)) else { return HashMap::new() };
     m.judges
         .into_iter()
         .filter(|j| j.scored > 0 && j.judge_seconds > 0.0)

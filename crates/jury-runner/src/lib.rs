@@ -24,5 +24,5 @@ pub use judging::{
 };
 pub use llm_eval::{LlmEvalConfig, LlmEvaluation};
 pub use record::{Examples, JudgeRecord, JuryRun};
-pub use run_files::{manifest, write_judging, write_manifest};
+pub use run_files::{manifest, write_judging};
 pub use stages::{Prepared, jurors, prepare, sample_examples};

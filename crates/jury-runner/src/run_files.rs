@@ -108,8 +108,9 @@ fn contexts_csv(examples: &[Example], style: ContextStyle) -> String {
 }
 
 /// `manifest.json` of `run`: what was run, with what, and how long it took;
-/// `total_seconds` covers the whole command (aggregation too).
-pub fn manifest<A>(exp: &Experiment<A>, run: &JuryRun, dequantized_weights: bool, total_seconds: f64) -> Manifest {
+/// Its `total_seconds`, the whole command's time (aggregation too), is 0 here: the
+/// command sets it when it ends.
+pub fn manifest<A>(exp: &Experiment<A>, run: &JuryRun, dequantized_weights: bool) -> Manifest {
     let judges = run
         .judges
         .iter()
@@ -154,7 +155,7 @@ pub fn manifest<A>(exp: &Experiment<A>, run: &JuryRun, dequantized_weights: bool
         dequantized_weights,
         judges,
         mean_captured_mass: run.mean_captured_mass().into_iter().map(|(k, m)| (k.to_owned(), defined(m))).collect(),
-        total_seconds,
+        total_seconds: 0.0,
         adaptive: run.adaptive.as_ref().map(adaptive_manifest),
     }
 }
@@ -184,13 +185,6 @@ fn adaptive_manifest(a: &AdaptiveRecord) -> ManifestAdaptive {
         full_cost,
         stops,
     }
-}
-
-/// Writes `manifest` into the staging folder.
-pub fn write_manifest(out: &RunOutput, manifest: &Manifest) -> Result<(), RunError> {
-    let text = serde_json::to_string_pretty(manifest)
-        .map_err(|e| RunError::Write { path: out.manifest(), reason: e.to_string() })?;
-    write(out.manifest(), &text)
 }
 
 #[cfg(test)]

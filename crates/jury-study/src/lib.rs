@@ -48,8 +48,6 @@ pub enum StudyError {
     Neural(Box<jury_neural::NeuralError>),
     #[error(transparent)]
     Io(#[from] jury_io::IoError),
-    #[error("serialising metrics: {0}")]
-    Json(#[from] serde_json::Error),
 }
 
 impl From<jury_neural::NeuralError> for StudyError {

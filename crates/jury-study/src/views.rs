@@ -300,7 +300,7 @@ impl<'a> Study<'a> {
     /// a page drawn from them in memory is the page `jury report` draws from the files.
     pub fn write(&self, dir: &Path) -> Result<(Metrics, Predictions), StudyError> {
         let metrics = self.metrics();
-        write_atomic(&dir.join(jury_io::layout::METRICS), serde_json::to_string_pretty(&metrics)?.as_bytes())?;
+        metrics.write(&dir.join(jury_io::layout::METRICS))?;
         let path = dir.join(jury_io::layout::PREDICTIONS);
         let csv = self.predictions().to_csv(self.labels);
         write_atomic(&path, csv.as_bytes())?;
