@@ -148,6 +148,25 @@ pub fn adaptive_decisions_csv<'a>(rows: impl IntoIterator<Item = AdaptiveDecisio
     table
 }
 
+/// One judged prompt of prompts.jsonl (a run with `dump_prompts`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct PromptRow<'a> {
+    pub judge: &'a str,
+    pub example_id: &'a str,
+    /// The token ids the judge scored.
+    pub tokens: &'a [u32],
+}
+
+/// prompts.jsonl: one JSON object per judged prompt, fields in [`PromptRow`]'s order.
+pub fn prompts_jsonl<'a>(rows: impl IntoIterator<Item = PromptRow<'a>>) -> String {
+    let mut lines = String::new();
+    for r in rows {
+        // A struct of strings and integers always serialises.
+        let _ = writeln!(lines, "{}", serde_json::to_string(&r).unwrap_or_default());
+    }
+    lines
+}
+
 /// A label plan: example_id, inclusion_probability (nine decimals).
 pub fn label_plan_csv<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> String {
     let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN}\n");
@@ -232,5 +251,7 @@ mod tests {
         );
         assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
         assert_eq!(label_plan_csv([("q", 0.5)]), "example_id,inclusion_probability\nq,0.500000000\n");
+        let prompt = PromptRow { judge: "j", example_id: "q\"1", tokens: &[1, 20] };
+        assert_eq!(prompts_jsonl([prompt]), "{\"judge\":\"j\",\"example_id\":\"q\\\"1\",\"tokens\":[1,20]}\n");
     }
 }

@@ -3,13 +3,12 @@
 //! (`jury_io::RunOutput` says where, `jury_io` how each table is written).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use jury_datasets::{ContextStyle, Example};
 use jury_io::{
-    AdaptiveDecisionRow, Manifest, ManifestAdaptive, ManifestDataset, ManifestJudge, ManifestTemplate, RunJudgment,
-    RunOutput, VerdictTokenIds, write_atomic,
+    AdaptiveDecisionRow, Manifest, ManifestAdaptive, ManifestDataset, ManifestJudge, ManifestTemplate, PromptRow,
+    RunJudgment, RunOutput, VerdictTokenIds, write_atomic,
 };
 use serde::Serialize;
 
@@ -48,16 +47,13 @@ pub fn write_judging<A: Serialize>(
         write(out.by_order(), &jury_io::by_order_csv(&run.by_order()))?;
     }
     if exp.runtime.dump_prompts {
-        let mut prompts = String::new();
-        for j in &run.judges {
-            for ex in run.examples.judged.iter() {
-                if let Some(t) = j.results.tokens.get(&ex.id) {
-                    let line = serde_json::json!({"judge": j.name, "example_id": ex.id, "tokens": t});
-                    let _ = writeln!(prompts, "{line}");
-                }
-            }
-        }
-        write(out.prompts(), &prompts)?;
+        let rows = run.judges.iter().flat_map(|j| {
+            run.examples.judged.iter().filter_map(move |ex| {
+                let tokens = j.results.tokens.get(&ex.id)?;
+                Some(PromptRow { judge: &j.name, example_id: &ex.id, tokens })
+            })
+        });
+        write(out.prompts(), &jury_io::prompts_jsonl(rows))?;
     }
     if let Some(style) = contexts {
         write(out.contexts(), &contexts_csv(examples, style))?;
