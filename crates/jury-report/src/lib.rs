@@ -20,8 +20,6 @@ use jury_io::{Manifest, Metrics, OrderedJudgment, Predictions, layout};
 /// What a report could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{}: {reason}", path.display())]
-    Read { path: PathBuf, reason: String },
     #[error("{}: field `{field}`: {value} is not {expected}; the file is damaged or was edited", path.display())]
     OutOfDomain { path: PathBuf, field: String, value: String, expected: String },
     #[error(transparent)]
