@@ -11,7 +11,7 @@ if [ -n "${JURY:-}" ]; then
   [ -x "$jury" ] || { echo "error: JURY=$jury is not an executable" >&2; exit 2; }
 else
   cargo build -q -p jury-cli --bin jury
-  target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  target_dir=$(scripts/target-dir)
   jury="$target_dir/debug/jury"
 fi
 # CONTEXT_STYLE: paper (the authors' prompt-shaped text, default) or fields (jury-v1's
