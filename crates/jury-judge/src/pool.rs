@@ -391,7 +391,7 @@ impl Pool {
     /// A GET to one server (start-up checks), with the key and the time limit.
     pub(crate) async fn get_from(&self, server: usize, path: &str) -> Result<Vec<u8>, String> {
         let s = &self.servers[server];
-        let (status, bytes) = self.start_up(server, path, self.client.get(format!("{}{path}", s.url))).await?;
+        let (status, bytes) = self.start_up(server, path, || self.client.get(format!("{}{path}", s.url))).await?;
         if !(200..300).contains(&status) {
             return Err(format!("{}{path}: HTTP {status}: {}", s.shown, self.excerpt(&bytes)));
         }
@@ -404,29 +404,49 @@ impl Pool {
     pub(crate) async fn post_to_root(&self, server: usize, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
         let s = &self.servers[server];
         let root = s.url.strip_suffix("/v1").unwrap_or(&s.url);
-        let req = self
-            .client
-            .post(format!("{root}{path}"))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
+        let req = || {
+            self.client
+                .post(format!("{root}{path}"))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_vec())
+        };
         self.start_up(server, path, req).await
     }
 
+    /// One start-up request, asked again (up to `retries` times, with the backoff) when
+    /// the connection breaks before the answer's head arrives: a server may close a fresh
+    /// connection under load (llama-server did, at a judge's first `/v1/models`), and
+    /// these requests change nothing on the server. A refused connection or a timeout is
+    /// no retry: the server is down or stuck, and the caller tries the next one.
     async fn start_up(
         &self,
         server: usize,
         path: &str,
-        req: reqwest::RequestBuilder,
+        request: impl Fn() -> reqwest::RequestBuilder,
     ) -> Result<(u16, Vec<u8>), String> {
         let shown = &self.servers[server].shown;
-        let req = match &self.key {
-            Some(k) => req.bearer_auth(&k.0),
-            None => req,
-        };
-        let resp = req.send().await.map_err(|e| format!("{shown}{path}: {}", describe(&e)))?;
-        let status = resp.status().as_u16();
-        let bytes = read_body(resp).await.map_err(|e| format!("{shown}{path}: {e}"))?;
-        Ok((status, bytes))
+        let mut retries = 0;
+        loop {
+            let req = match &self.key {
+                Some(k) => request().bearer_auth(&k.0),
+                None => request(),
+            };
+            let failure = match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let bytes = read_body(resp).await.map_err(|e| format!("{shown}{path}: {e}"))?;
+                    return Ok((status, bytes));
+                }
+                Err(e) if e.is_connect() || e.is_timeout() => return Err(format!("{shown}{path}: {}", describe(&e))),
+                Err(e) => format!("{shown}{path}: {}", describe(&e)),
+            };
+            if retries >= self.cfg.retries {
+                return Err(failure);
+            }
+            self.retried.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(self.backoff(retries)).await;
+            retries += 1;
+        }
     }
 
     pub(crate) fn server_count(&self) -> usize {
@@ -704,6 +724,32 @@ mod tests {
             Err(PoolError::Rejected { status: 400, reason, .. }) => assert!(reason.contains("too long")),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_start_up_request_is_asked_again_when_the_connection_closes_unanswered() {
+        let (url, _h) = scripted(vec![(0, "", ""), (0, "", ""), (200, "", "{\"data\": []}")]);
+        let pool = Pool::new(&[url], None, fast()).unwrap();
+        let rt = rt();
+        assert_eq!(rt.block_on(pool.get_from(0, "/models")).unwrap(), b"{\"data\": []}");
+        assert_eq!(pool.stats().retried, 2);
+        // Past `retries`, the last failure is the answer.
+        let (url, _h) = scripted(vec![(0, "", ""); 5]);
+        let pool = Pool::new(&[url], None, fast()).unwrap();
+        let err = rt.block_on(pool.get_from(0, "/models")).unwrap_err();
+        assert!(err.contains("/models: request failed"), "{err}");
+        assert_eq!(pool.stats().retried, 4);
+    }
+
+    #[test]
+    fn a_refused_start_up_request_is_not_asked_again() {
+        let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead_url = format!("http://{}", dead.local_addr().unwrap());
+        drop(dead);
+        let pool = Pool::new(&[dead_url], None, fast()).unwrap();
+        let err = rt().block_on(pool.post_to_root(0, "/tokenize", b"{}")).unwrap_err();
+        assert!(err.contains("connection failed"), "{err}");
+        assert_eq!(pool.stats().retried, 0);
     }
 
     #[test]
