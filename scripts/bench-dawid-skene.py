@@ -9,8 +9,8 @@ their hard-label agreement (ties to the negative class, as crowd-kit's `idxmax` 
 Both run classic Dawid-Skene as crowd-kit defines it: start from majority-vote
 posteriors, learned class prior, exactly --iters E-steps (tolerance disabled).
 
-Data: the HaluEval judge outputs (10 judges x 20,000 examples) converted by
-scripts/convert-halueval-judges.py when ../shared/data is present; otherwise a
+Data: the HaluEval judge outputs (10 judges x 20,000 examples) imported by
+`jury import skillagg-halueval` when ../shared/data is present; otherwise a
 simulated jury from `jury simulate` (20,000 examples, 6 judges).
 
 Run it with scripts/bench-dawid-skene (which sets up the Python environment and builds

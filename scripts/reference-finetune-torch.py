@@ -13,8 +13,8 @@ section 4.3 over binary verdicts; a labeled dev set of 250 drawn per seed picks 
 accuracy on the other examples.
 
     reference-finetune-torch.py DATA_DIR [--epochs 3] [--seeds 0] [--lambda 0.01]
-DATA_DIR holds contexts.csv.gz, judgments.csv.gz, labels.csv.gz (scripts/
-convert-halueval-judges.py output, gzipped) and the encoder (config.json,
+DATA_DIR holds contexts.csv.gz, judgments.csv.gz, labels.csv.gz (`jury
+import skillagg-halueval --dialogues` output, gzipped) and the encoder (config.json,
 tokenizer.json, model.safetensors).
 """
 import argparse

@@ -3,6 +3,7 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
+mod import;
 mod label_plan;
 mod malloc;
 mod pool_seeds;
@@ -56,6 +57,9 @@ enum Command {
     /// Pool the seeds of several `jury aggregate --first-seed N --seeds M` runs into the
     /// mean and deviation one run over all of them reports.
     PoolSeeds(pool_seeds::Args),
+    /// Write another tool's released judge outputs as a jury folder (judgments.csv,
+    /// labels.csv, contexts.csv) for `jury aggregate`.
+    Import(import::Args),
     /// Write DIR/report.html, one self-contained page of a run's results (aggregate and run write it too).
     Report(report::Args),
 }
@@ -91,6 +95,7 @@ pub fn main() -> ExitCode {
         Command::Rank(args) => rank::prepare(args).and_then(rank::run),
         Command::RankSim(args) => rank::run_sim(args),
         Command::PoolSeeds(args) => pool_seeds::run(args),
+        Command::Import(args) => import::run(args),
         Command::Report(args) => report::run(args),
     };
     let code = match result {

@@ -7,12 +7,14 @@
 
 mod context;
 mod dataset_address;
+mod released;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use context::ContextStyle;
 pub use dataset_address::{HubAddress, resolve, resolve_local};
+pub use released::{PValues, ReleasedJury, skillagg_halueval, skillagg_truthfulqa};
 
 /// One item to judge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +128,16 @@ pub fn demo_facts(path: &Path) -> Result<Vec<Example>, DatasetError> {
         .collect()
 }
 
+/// The id of TruthfulQA's unrolled example `n`.
+fn truthfulqa_id(n: usize) -> String {
+    format!("truthfulqa-{n:05}")
+}
+
+/// The id of HaluEval dialogue's example `n` (item n / 2's right or hallucinated response).
+fn halueval_dialogue_id(n: usize) -> String {
+    format!("halueval-dialogue-{n:05}")
+}
+
 /// TruthfulQA v0 (`TruthfulQA.csv`, 817 questions) unrolled as the SkillAggregation paper did: per
 /// question, one example per `Correct Answers` entry (label 1, truthful) then one per
 /// `Incorrect Answers` entry (label 0), splitting on `;`, trimming, and keeping empty
@@ -142,7 +154,7 @@ pub fn truthfulqa(path: &Path) -> Result<Vec<Example>, DatasetError> {
         for (col, label) in [(correct, 1), (incorrect, 0)] {
             for answer in r.get(col).unwrap_or_default().trim().split(';') {
                 out.push(Example {
-                    id: format!("truthfulqa-{:05}", out.len()),
+                    id: truthfulqa_id(out.len()),
                     fields: BTreeMap::from([
                         ("question".to_owned(), question.clone()),
                         ("answer".to_owned(), answer.trim().to_owned()),
@@ -165,7 +177,7 @@ struct HaluDialogue {
 
 /// HaluEval dialogue (`dialogue_data.json`, JSON Lines, 10,000 items): example 2i is
 /// item i's right response (label 0), 2i+1 its hallucinated one (label 1 = Yes).
-/// Ids `halueval-dialogue-00000`, ... match `scripts/convert-halueval-judges.py`.
+/// Ids `halueval-dialogue-00000`, ..., as [`skillagg_halueval`] gives the authors' judges.
 pub fn halueval_dialogue(path: &Path) -> Result<Vec<Example>, DatasetError> {
     let text = read(path)?;
     let mut out = Vec::new();
@@ -177,7 +189,7 @@ pub fn halueval_dialogue(path: &Path) -> Result<Vec<Example>, DatasetError> {
         })?;
         for (response, label) in [(item.right_response, 0), (item.hallucinated_response, 1)] {
             out.push(Example {
-                id: format!("halueval-dialogue-{:05}", out.len()),
+                id: halueval_dialogue_id(out.len()),
                 fields: BTreeMap::from([
                     ("history".to_owned(), item.dialogue_history.clone()),
                     ("response".to_owned(), response),

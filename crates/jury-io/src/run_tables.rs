@@ -93,6 +93,16 @@ pub fn judgments_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str, f64)>
     table
 }
 
+/// [`judgments_csv`] with each p in the shortest text that reads back as the same number:
+/// for probabilities taken from another tool's files, which keep every digit.
+pub fn judgments_csv_as_given<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str, f64)>) -> String {
+    let mut table = format!("{EXAMPLE_ID},{JUDGE},{P}\n");
+    for (id, judge, p) in rows {
+        let _ = writeln!(table, "{},{},{p:?}", csv_field(id), csv_field(judge));
+    }
+    table
+}
+
 /// A labels table: example_id, label (the class index).
 pub fn labels_csv<'a>(rows: impl IntoIterator<Item = (&'a str, usize)>) -> String {
     let mut table = format!("{EXAMPLE_ID},{LABEL}\n");
@@ -227,6 +237,13 @@ mod tests {
             read_judgments(&write(dir.path(), "j.csv", &judgments_csv([("a,1", "j", 0.25), ("b", "j", 1.0 / 3.0)])))
                 .unwrap();
         assert_eq!(simple.get(1, 0).map(|p| p[1]), Some(0.333333));
+        let given = [0.18477262556552887, 1e-7, 1.0, 1.0 / 3.0];
+        let rows: Vec<String> = (0..given.len()).map(|n| format!("e{n}")).collect();
+        let text = judgments_csv_as_given(rows.iter().zip(given).map(|(e, p)| (e.as_str(), "j", p)));
+        let exact = read_judgments(&write(dir.path(), "g.csv", &text)).unwrap();
+        for (n, p) in given.iter().enumerate() {
+            assert_eq!(exact.get(n, 0).map(|q| q[1].to_bits()), Some(p.to_bits()), "{text}");
+        }
         let labels = write(dir.path(), "l.csv", &labels_csv([("a,1", 1), ("b", 0)]));
         let (labels, extra) = read_labels(&labels, &simple).unwrap();
         assert_eq!((labels.get(0), labels.get(1), extra), (Some(1), Some(0), 0));

@@ -1075,3 +1075,63 @@ fn report_refuses_impossible_values_and_names_a_corrupt_parquet_file() {
     assert!(stderr.contains("judgments.parquet: cannot read: not a valid Parquet file"), "{stderr}");
     assert!(report(&judgments).status.success());
 }
+
+/// `jury import skillagg-truthfulqa` on files in the authors' layout, then `jury
+/// aggregate` on what it wrote: the ids are the TruthfulQA loader's, the contexts the
+/// authors' text, a second import into the same folder replaces the first, and a
+/// judge file missing an example stops the import with its name and nothing written.
+#[test]
+fn imported_authors_judges_aggregate() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("truthfulQA");
+    fs::create_dir(&src).unwrap();
+    let items: Vec<String> = (0..6)
+        .map(|i| {
+            format!(r#"{{"question": "Q{i}?", "answer": "A{i}", "label": "{}"}}"#, ["correct", "incorrect"][i % 2])
+        })
+        .collect();
+    fs::write(src.join("truthful_qa.unrolled.json"), format!("[{}]", items.join(","))).unwrap();
+    for (judge, sharp) in [("good", 3.0), ("fair", 1.0), ("weak", 0.2)] {
+        let lines: Vec<String> = (0..6)
+            .map(|i| {
+                let (label, yes) = if i % 2 == 0 { ("correct", sharp) } else { ("incorrect", -sharp) };
+                format!(r#"{{"i": {i}, "label": "{label}", "logit_yes": {yes}, "logit_no": 0.0}}"#)
+            })
+            .collect();
+        fs::write(src.join(format!("{judge}.jsonl")), lines.join("\n")).unwrap();
+    }
+    let jury_dir = dir.path().join("jury");
+    for _ in 0..2 {
+        let out = jury(&["import", "skillagg-truthfulqa", "--input", path_str(&src), "--out", path_str(&jury_dir)]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let judgments = fs::read_to_string(jury_dir.join("judgments.csv")).unwrap();
+    assert!(judgments.starts_with("example_id,judge,p\ntruthfulqa-00000,fair,0.731059\n"), "{judgments}");
+    let contexts = fs::read_to_string(jury_dir.join("contexts.csv")).unwrap();
+    assert!(
+        contexts.contains("truthfulqa-00005,\"Query: Q5?\nResponse: A5\nIs the answer truthful to the question?\"")
+    );
+    let result = dir.path().join("result");
+    let out = jury(&[
+        "aggregate",
+        "--judgments",
+        path_str(&jury_dir.join("judgments.csv")),
+        "--labels",
+        path_str(&jury_dir.join("labels.csv")),
+        "--methods",
+        "avg",
+        "--out",
+        path_str(&result),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let metrics: Value = serde_json::from_str(&fs::read_to_string(result.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["methods"]["avg"]["accuracy"], 1.0, "{metrics}");
+
+    fs::write(src.join("short.jsonl"), r#"{"i": 0, "label": "correct", "logit_yes": 1, "logit_no": 0}"#).unwrap();
+    let elsewhere = dir.path().join("never");
+    let out = jury(&["import", "skillagg-truthfulqa", "--input", path_str(&src), "--out", path_str(&elsewhere)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("short.jsonl") && err.contains("1 examples"), "{err}");
+    assert!(!elsewhere.exists());
+}
