@@ -88,6 +88,8 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "judges")]
         Command::Run(args) if args.dry_run => run::dry_run(&args),
         #[cfg(feature = "judges")]
+        Command::Run(args) if args.vllm_serve_lines => run::vllm_serve_lines(&args),
+        #[cfg(feature = "judges")]
         Command::Run(args) => run::prepare(&args).and_then(run::run),
         #[cfg(not(feature = "judges"))]
         Command::Run { .. } => Err(without_judges("`jury run`")),

@@ -33,6 +33,10 @@ pub(crate) struct Args {
     /// tokenizer folder), every model not on this machine and, given rates, the time.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Judge nothing and write nothing: print one `vllm serve` command per server judge
+    /// (the hub model its `tokenizer` names, on its first base URL's port, one GPU each).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub(crate) vllm_serve_lines: bool,
 }
 
 /// The YAML experiment, with this program's aggregation options.
@@ -45,6 +49,15 @@ pub(crate) fn dry_run(args: &Args) -> Result<()> {
     let exp: Experiment = jury_runner::Experiment::read_unchecked(&args.config)?;
     Settings::new(&exp.aggregate).with_context(|| format!("{}: `aggregate`", args.config.display()))?;
     print!("{report}");
+    Ok(())
+}
+
+/// `jury run --vllm-serve-lines`: the commands that start the config's server judges.
+pub(crate) fn vllm_serve_lines(args: &Args) -> Result<()> {
+    let exp: Experiment = jury_runner::Experiment::read_unchecked(&args.config)?;
+    for line in jury_runner::vllm_serve_lines(&exp, &args.config)? {
+        println!("{line}");
+    }
     Ok(())
 }
 

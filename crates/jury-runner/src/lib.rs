@@ -14,6 +14,7 @@ mod llm_eval;
 mod record;
 mod run_files;
 mod stages;
+mod vllm_lines;
 
 pub use adaptive::{AdaptiveRecord, Decision};
 pub use dry_run::{DryRun, JudgePlan, RateSource, TokenStats, dry_run};
@@ -26,3 +27,4 @@ pub use llm_eval::{LlmEvalConfig, LlmEvaluation};
 pub use record::{Examples, JudgeRecord, JuryRun};
 pub use run_files::{manifest, write_judging};
 pub use stages::{Prepared, jurors, prepare, sample_examples};
+pub use vllm_lines::vllm_serve_lines;
