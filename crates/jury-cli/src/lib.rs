@@ -3,6 +3,7 @@
 //! end-to-end test crate can build the very same program as its own binary target.
 
 mod aggregate;
+mod check_recommended;
 mod import;
 mod label_plan;
 mod malloc;
@@ -57,6 +58,10 @@ enum Command {
     /// Pool the seeds of several `jury aggregate --first-seed N --seeds M` runs into the
     /// mean and deviation one run over all of them reports.
     PoolSeeds(pool_seeds::Args),
+    /// Hold the recommended method to the validation suite's bar on each jury's labeled
+    /// `jury aggregate` run: at or above Dawid-Skene, at or above the lower of majority
+    /// vote and AverageProb, at most 0.5 points below the best crowd-kit method.
+    CheckRecommended(check_recommended::Args),
     /// Write another tool's released judge outputs as a jury folder (judgments.csv,
     /// labels.csv, contexts.csv) for `jury aggregate`.
     Import(import::Args),
@@ -98,6 +103,7 @@ pub fn main() -> ExitCode {
         Command::RankSim(args) => rank::run_sim(args),
         Command::PoolSeeds(args) => pool_seeds::run(args),
         Command::Import(args) => import::run(args),
+        Command::CheckRecommended(args) => check_recommended::run(args),
         Command::Report(args) => report::run(args),
     };
     let code = match result {

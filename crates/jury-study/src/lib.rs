@@ -9,6 +9,7 @@
 //! methods, choose lambda and the epoch on each seed's dev set).
 
 mod adaptive;
+mod bar;
 mod calibration;
 mod options;
 mod pool;
@@ -18,6 +19,7 @@ mod views;
 use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
+pub use bar::{BarCheck, BarError, CROWD_KIT, bar_tables};
 pub use calibration::{calibration_replay, calibration_table, label_plan, scoring_labels};
 pub use options::{
     AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
