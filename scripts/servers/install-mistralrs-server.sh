@@ -72,8 +72,7 @@ cp "$repo/Cargo.lock" "$src/Cargo.lock"
 # name, version and folder); build scripts that watch them (ring's) would then rebuild
 # the shared crates in place, and jury's next build would rebuild them back.
 while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^(CARGO_(PKG_|MANIFEST_|CRATE_|BIN_|PRIMARY_PACKAGE|TARGET_TMPDIR)|OUT_DIR$)')
-target=$(cargo metadata --format-version 1 --no-deps --manifest-path "$repo/Cargo.toml" |
-  python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+target=$("$repo/scripts/target-dir")
 echo "building mistralrs-cli 0.8.1 into $target (jury's build reused where it is there)" >&2
 CARGO_TARGET_DIR=$target cargo build -q --manifest-path "$src/Cargo.toml" --bin mistralrs >&2
 mkdir -p "$dest/bin"
