@@ -81,6 +81,9 @@ pub fn skillagg_halueval(dir: &Path, dialogues: Option<&Path>) -> Result<Release
             if e.reference != "yes" && e.reference != "no" {
                 return Err(line_err(0, format!("entry {i}: `ref` is {:?}, not yes or no", e.reference)));
             }
+            if !(0.0..=1.0).contains(&e.prob[0]) {
+                return Err(line_err(0, format!("entry {i}: `prob`'s P(Yes) is {}, not in [0, 1]", e.prob[0])));
+            }
             judgments.push((halueval_dialogue_id(i), judge.clone(), e.prob[0]));
             these.push(e.reference);
         }
@@ -150,6 +153,9 @@ pub fn skillagg_truthfulqa(dir: &Path) -> Result<ReleasedJury, DatasetError> {
                 _ => return Err(line_err(format!("example {} out of range or repeated", r.i))),
             }
             let p = 1.0 / (1.0 + (r.logit_no - r.logit_yes).exp());
+            if p.is_nan() {
+                return Err(line_err(format!("logits {} and {} give no probability", r.logit_yes, r.logit_no)));
+            }
             judgments.push((truthfulqa_id(r.i), judge.clone(), p));
         }
         let held = seen.iter().filter(|s| **s).count();
@@ -213,6 +219,13 @@ mod tests {
         .unwrap();
         let err = skillagg_halueval(dir.path(), None).unwrap_err().to_string();
         assert!(err.contains("halueval_dialogue_c.json") && err.contains("halueval_dialogue_a.json"), "{err}");
+        std::fs::write(
+            dir.path().join("halueval_dialogue_c.json"),
+            r#"{"c": [{"ref": "no", "prob": [1.5, 0.5]}, {"ref": "yes", "prob": [0.5, 0.5]}]}"#,
+        )
+        .unwrap();
+        let err = skillagg_halueval(dir.path(), None).unwrap_err().to_string();
+        assert!(err.contains("halueval_dialogue_c.json") && err.contains("entry 0: `prob`'s P(Yes) is 1.5"), "{err}");
     }
 
     #[test]
