@@ -9,7 +9,7 @@ use crate::experiment::{Experiment, ExperimentError};
 /// One shell line per server judge, in judge order: `CUDA_VISIBLE_DEVICES=<gpu> vllm
 /// serve <hub id> --served-model-name <model> --port <port> --max-logprobs <n>   #
 /// <judge>`, serving the hub model its `tokenizer` names on its first base URL's port
-/// (8000 where the URL gives none) with `--max-logprobs` at least its `top_logprobs`
+/// (8000 where the URL names none, or its scheme's default) with `--max-logprobs` at least its `top_logprobs`
 /// (and at least vLLM's 20). `path` names the config in errors.
 pub fn vllm_serve_lines<A>(exp: &Experiment<A>, path: &Path) -> Result<Vec<String>, ExperimentError> {
     let servers: Vec<_> = exp.judges.iter().filter_map(|j| Some((j, j.server.as_ref()?))).collect();
@@ -28,7 +28,8 @@ pub fn vllm_serve_lines<A>(exp: &Experiment<A>, path: &Path) -> Result<Vec<Strin
         };
         let model = s.tokenizer.as_deref().ok_or_else(|| judge_err("no `tokenizer` naming the hub model to serve"))?;
         let url = s.base_urls.first().ok_or_else(|| judge_err("server: no base URL"))?;
-        let port = url_port(url).unwrap_or(8000);
+        let port =
+            jury_judge::parse_base_url(url).map_err(|e| judge_err(&format!("server: {e}")))?.port().unwrap_or(8000);
         let args = [
             "vllm".to_owned(),
             "serve".to_owned(),
@@ -44,15 +45,6 @@ pub fn vllm_serve_lines<A>(exp: &Experiment<A>, path: &Path) -> Result<Vec<Strin
         lines.push(format!("CUDA_VISIBLE_DEVICES={gpu} {}   # {}", command.join(" "), judge.name));
     }
     Ok(lines)
-}
-
-/// The port a base URL names (`http://host:8001/v1` gives 8001), if any.
-fn url_port(url: &str) -> Option<u16> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
-    after_host.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
 }
 
 /// `s` as one shell word: as it is when every character is safe in a shell word
@@ -81,8 +73,6 @@ mod tests {
                 "CUDA_VISIBLE_DEVICES=1 vllm serve org/B --served-model-name 'it'\"'\"'s' --port 8000 --max-logprobs 50   # b",
             ]
         );
-        assert_eq!(url_port("http://[::1]:9000"), Some(9000));
-        assert_eq!(url_port("http://[::1]/v1"), None);
         let no_tokenizer = yaml.replace(", tokenizer: org/A", "");
         let exp: Experiment<serde_yaml::Value> = serde_yaml::from_str(&no_tokenizer).unwrap();
         let e = vllm_serve_lines(&exp, Path::new("x.yaml")).unwrap_err().to_string();
