@@ -4,6 +4,7 @@
 
 mod aggregate;
 mod check_recommended;
+mod compare_runs;
 mod import;
 mod label_plan;
 mod malloc;
@@ -62,6 +63,9 @@ enum Command {
     /// `jury aggregate` run: at or above Dawid-Skene, at or above the lower of majority
     /// vote and AverageProb, at most 0.5 points below the best crowd-kit method.
     CheckRecommended(check_recommended::Args),
+    /// Compare `jury run` outputs of the same judges (another device, engine, server or
+    /// setting) with a reference run: speed, closeness of P(positive), same tokens.
+    CompareRuns(compare_runs::Args),
     /// Write another tool's released judge outputs as a jury folder (judgments.csv,
     /// labels.csv, contexts.csv) for `jury aggregate`.
     Import(import::Args),
@@ -104,6 +108,7 @@ pub fn main() -> ExitCode {
         Command::PoolSeeds(args) => pool_seeds::run(args),
         Command::Import(args) => import::run(args),
         Command::CheckRecommended(args) => check_recommended::run(args),
+        Command::CompareRuns(args) => compare_runs::run(args),
         Command::Report(args) => report::run(args),
     };
     let code = match result {

@@ -47,7 +47,10 @@ pub use run_tables::{
     failures_csv, judgments_csv, judgments_csv_as_given, label_plan_csv, labels_csv, prompts_jsonl, run_judgments_csv,
     texts_csv,
 };
-pub use table::{CalibrationLabels, read_calibration, read_categories, read_judgments, read_labels, read_texts};
+pub use table::{
+    CalibrationLabels, PromptRecord, read_calibration, read_categories, read_judgments, read_labels, read_prompts,
+    read_texts,
+};
 pub use write::{csv_field, persist_synced, read_json, terminal_text, write_atomic, write_json};
 
 use std::path::PathBuf;

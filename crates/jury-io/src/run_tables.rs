@@ -13,6 +13,8 @@ pub(crate) const EXAMPLE_ID: &str = "example_id";
 pub(crate) const JUDGE: &str = "judge";
 /// The binary judgments' probability of the positive verdict.
 pub(crate) const P: &str = "p";
+/// prompts.jsonl's token ids.
+pub(crate) const TOKENS: &str = "tokens";
 /// The labels table's class column.
 pub(crate) const LABEL: &str = "label";
 /// The contexts table's text column.
@@ -158,7 +160,8 @@ pub fn adaptive_decisions_csv<'a>(rows: impl IntoIterator<Item = AdaptiveDecisio
     table
 }
 
-/// One judged prompt of prompts.jsonl (a run with `dump_prompts`).
+/// One judged prompt of prompts.jsonl (a run with `dump_prompts`); its field names are
+/// the reader's ([`crate::read_prompts`]).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct PromptRow<'a> {
     pub judge: &'a str,
@@ -189,7 +192,7 @@ pub fn label_plan_csv<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{read_categories, read_judgments, read_labels, read_texts};
+    use crate::{PromptRecord, read_categories, read_judgments, read_labels, read_prompts, read_texts};
 
     fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
         let path = dir.join(name);
@@ -269,6 +272,14 @@ mod tests {
         assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
         assert_eq!(label_plan_csv([("q", 0.5)]), "example_id,inclusion_probability\nq,0.500000000\n");
         let prompt = PromptRow { judge: "j", example_id: "q\"1", tokens: &[1, 20] };
-        assert_eq!(prompts_jsonl([prompt]), "{\"judge\":\"j\",\"example_id\":\"q\\\"1\",\"tokens\":[1,20]}\n");
+        let lines = prompts_jsonl([prompt, PromptRow { tokens: &[], ..prompt }]);
+        assert_eq!(lines.lines().next(), Some("{\"judge\":\"j\",\"example_id\":\"q\\\"1\",\"tokens\":[1,20]}"));
+        let dir = tempfile::tempdir().unwrap();
+        let read = read_prompts(&write(dir.path(), "prompts.jsonl", &lines)).unwrap();
+        let record = |tokens: Vec<u32>| PromptRecord { judge: "j".into(), example_id: "q\"1".into(), tokens };
+        assert_eq!(read, [record(vec![1, 20]), record(vec![])]);
+        let bad = write(dir.path(), "bad.jsonl", "{\"judge\":\"j\",\"example_id\":\"q\",\"tokens\":[1.5]}\n");
+        let err = read_prompts(&bad).unwrap_err().to_string();
+        assert!(err.contains("line 1") && err.contains("tokens") && err.contains("1.5 is not a token id"), "{err}");
     }
 }

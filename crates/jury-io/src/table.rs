@@ -17,7 +17,7 @@ use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
 
 use crate::IoError;
 use crate::columns::{Columns, Value};
-use crate::run_tables::{CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, TEXT};
+use crate::run_tables::{CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, TEXT, TOKENS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -468,6 +468,37 @@ fn parse_label(text: &str, n_classes: usize) -> Option<usize> {
         }
     };
     (value < n_classes).then_some(value)
+}
+
+/// One line of prompts.jsonl as read back (written from [`crate::PromptRow`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptRecord {
+    pub judge: String,
+    pub example_id: String,
+    pub tokens: Vec<u32>,
+}
+
+/// A run's prompts.jsonl: the token ids each judge scored for each example.
+pub fn read_prompts(path: &Path) -> Result<Vec<PromptRecord>, IoError> {
+    let t = Table::load(path)?;
+    let judges = t.required_text(JUDGE)?;
+    let ids = t.required_text(EXAMPLE_ID)?;
+    let lists = t.float_lists(TOKENS)?;
+    let mut out = Vec::with_capacity(ids.len());
+    for (row, ((judge, example_id), list)) in judges.into_iter().zip(ids).zip(lists).enumerate() {
+        let tokens = list
+            .unwrap_or_default()
+            .into_iter()
+            .map(|x| {
+                let id = x as u32;
+                (f64::from(id) == x)
+                    .then_some(id)
+                    .ok_or_else(|| t.field_err(row, TOKENS, format!("{x} is not a token id")))
+            })
+            .collect::<Result<Vec<u32>, _>>()?;
+        out.push(PromptRecord { judge, example_id, tokens });
+    }
+    Ok(out)
 }
 
 /// Example contexts for the context-dependent aggregators: columns `example_id` and

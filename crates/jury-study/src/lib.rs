@@ -11,6 +11,7 @@
 mod adaptive;
 mod bar;
 mod calibration;
+mod compare;
 mod options;
 mod pool;
 mod study;
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use bar::{BarCheck, BarError, CROWD_KIT, bar_tables};
 pub use calibration::{calibration_replay, calibration_table, label_plan, scoring_labels};
+pub use compare::{CLOSE, CompareError, Comparison, Pairing, RunFiles, compare_runs, comparison_table};
 pub use options::{
     AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
 };
