@@ -14,9 +14,34 @@ pub(crate) struct Args {
     #[arg(value_enum)]
     source: Source,
     /// Their folder: skillagg-halueval, the `halueval_dialogue_<judge>.json` files;
-    /// skillagg-truthfulqa, the authors' `data/truthfulQA` (BriansIDP/Crowdsourcing).
+    /// skillagg-truthfulqa, the authors' `data/truthfulQA` (BriansIDP/Crowdsourcing); the
+    /// others, a checkout of the repository docs/reproduction/real-juries.md names.
     #[arg(long)]
     input: PathBuf,
+    /// llmjudge: a checkout of llm4eval/LLMJudge (the test labels).
+    #[arg(long)]
+    labels: Option<PathBuf>,
+    /// triviaqa-judges: which release of the judgements.
+    #[arg(long, value_enum, default_value = "V1")]
+    version: TriviaVersion,
+    /// salt-css: the task.
+    #[arg(long, value_enum, default_value = "tempowic")]
+    task: SaltTask,
+    /// salt-css: the least share of the items a judge answers to be kept.
+    #[arg(long, default_value_t = 0.5)]
+    min_coverage: f64,
+    /// frank: which annotations.
+    #[arg(long, value_enum, default_value = "all")]
+    split: FrankSplit,
+    /// humaneval-ice: the language.
+    #[arg(long, value_enum, default_value = "python")]
+    lang: HumanevalLang,
+    /// wmt20-darr: the language pair.
+    #[arg(long, default_value = "km-en")]
+    lp: String,
+    /// wmt20-darr: seeds each pair's order (which translation is shown first).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// HaluEval's `dialogue_data.json`, for contexts.csv (skillagg-halueval; TruthfulQA's
     /// examples come with the outputs).
     #[arg(long)]
@@ -39,6 +64,78 @@ enum Source {
     SkillaggHalueval,
     /// The SkillAggregation authors' TruthfulQA judges: P(Yes) from their Yes and No logits.
     SkillaggTruthfulqa,
+    /// LLMJudge (TREC DL 2023 passages): the submissions' relevance grades.
+    Llmjudge,
+    /// TREC DL 2019-2021: LLM relevance qrels against the assessors'.
+    TrecdlLlmQrels,
+    /// TriviaQA answers: LLM judges against human judgements.
+    TriviaqaJudges,
+    /// JudgeBench: LLM judges and reward models on GPT-4o's response pairs.
+    Judgebench,
+    /// FaithBench: hallucination detectors on summaries.
+    Faithbench,
+    /// FRANK: factuality metrics on summaries.
+    Frank,
+    /// ICE-Score's HumanEval grades: code metrics against test execution.
+    HumanevalIce,
+    /// NQ-open (qa-eval): answer-matching metrics and LLM evaluators.
+    NqQaEval,
+    /// SALT's CSS tasks: zero-shot classifiers.
+    SaltCss,
+    /// WMT20 DARR: segment-level MT metrics on translation pairs.
+    Wmt20Darr,
+    /// LLMBar (or a set processed like it): evaluators' verdicts in both orders.
+    Llmbar,
+    /// PandaLM's test set: GPT-3.5-turbo and PandaLM-7B.
+    Pandalm,
+    /// The CARE authors' CivilComments raters.
+    CareCivilcomments,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TriviaVersion {
+    /// TriviaQA_Judges_w_HumanJudgement_V1.csv.
+    #[value(name = "V1")]
+    V1,
+    /// TriviaQA_Judges_w_HumanJudgement_V2.csv.
+    #[value(name = "V2")]
+    V2,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SaltTask {
+    /// Whether a word means the same in two tweets.
+    Tempowic,
+    /// Whether a joke is funny.
+    #[value(name = "reddit_humor")]
+    RedditHumor,
+    /// Whether a conversation derails.
+    #[value(name = "conv_go_awry")]
+    ConvGoAwry,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FrankSplit {
+    /// Every annotated summary.
+    All,
+    /// The validation split.
+    Valid,
+    /// The test split.
+    Test,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum HumanevalLang {
+    /// Python.
+    Python,
+    /// C++.
+    Cpp,
+    /// Java.
+    Java,
+    /// JavaScript.
+    Js,
+    /// All four.
+    All,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -50,19 +147,42 @@ enum Contexts {
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(
+        args.dialogues.is_none() || matches!(args.source, Source::SkillaggHalueval),
+        "--dialogues is for skillagg-halueval"
+    );
+    anyhow::ensure!(
+        args.labels.is_some() == matches!(args.source, Source::Llmjudge),
+        "--labels (a checkout of llm4eval/LLMJudge) is for llmjudge, which needs it"
+    );
+    anyhow::ensure!((0.0..=1.0).contains(&args.min_coverage), "--min-coverage must be in [0, 1]");
+    let input = args.input.as_path();
     let jury = match args.source {
-        Source::SkillaggHalueval => jury_datasets::skillagg_halueval(&args.input, args.dialogues.as_deref()),
-        Source::SkillaggTruthfulqa => {
-            anyhow::ensure!(args.dialogues.is_none(), "--dialogues is for skillagg-halueval");
-            jury_datasets::skillagg_truthfulqa(&args.input)
-        }
+        Source::SkillaggHalueval => jury_datasets::skillagg_halueval(input, args.dialogues.as_deref()),
+        Source::SkillaggTruthfulqa => jury_datasets::skillagg_truthfulqa(input),
+        Source::Llmjudge => jury_datasets::llmjudge(input, args.labels.as_deref().unwrap_or(input)),
+        Source::TrecdlLlmQrels => jury_datasets::trecdl_llm_qrels(input),
+        Source::TriviaqaJudges => jury_datasets::triviaqa_judges(input, &value_name(args.version)),
+        Source::Judgebench => jury_datasets::judgebench(input),
+        Source::Faithbench => jury_datasets::faithbench(input),
+        Source::Frank => jury_datasets::frank(input, &value_name(args.split)),
+        Source::HumanevalIce => jury_datasets::humaneval_ice(input, &value_name(args.lang)),
+        Source::NqQaEval => jury_datasets::nq_qa_eval(input),
+        Source::SaltCss => jury_datasets::salt_css(input, &value_name(args.task), args.min_coverage),
+        Source::Wmt20Darr => jury_datasets::wmt20_darr(input, &args.lp, args.seed),
+        Source::Llmbar => jury_datasets::llmbar_jury(input),
+        Source::Pandalm => jury_datasets::pandalm(input),
+        Source::CareCivilcomments => jury_datasets::care_civilcomments(input),
     }
     .with_context(|| format!("reading {}", args.input.display()))?;
+    for note in &jury.notes {
+        eprintln!("{note}");
+    }
     let style = match args.context_style {
         Contexts::Paper => ContextStyle::Paper,
         Contexts::Fields => ContextStyle::Fields,
     };
-    let ReleasedJury { judgments, p_values, labels, examples } = &jury;
+    let ReleasedJury { judgments, p_values, labels, examples, .. } = &jury;
     let mut names = vec![layout::JUDGMENTS, layout::LABELS];
     if examples.is_some() {
         names.push(layout::CONTEXTS);
@@ -92,4 +212,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
         args.out.display()
     );
     Ok(())
+}
+
+/// A value enum's name as the command line spells it (the readers take the same words).
+fn value_name(v: impl clap::ValueEnum) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
 }

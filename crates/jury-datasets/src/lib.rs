@@ -7,6 +7,7 @@
 
 mod context;
 mod dataset_address;
+mod juries;
 mod released;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,10 @@ use std::path::{Path, PathBuf};
 
 pub use context::ContextStyle;
 pub use dataset_address::{HubAddress, resolve, resolve_local};
+pub use juries::{
+    care_civilcomments, faithbench, frank, humaneval_ice, judgebench, llmbar_jury, llmjudge, nq_qa_eval, pandalm,
+    salt_css, trecdl_llm_qrels, triviaqa_judges, wmt20_darr,
+};
 pub use released::{PValues, ReleasedJury, skillagg_halueval, skillagg_truthfulqa};
 
 /// One item to judge.

@@ -19,6 +19,8 @@ pub struct ReleasedJury {
     /// The examples with their text fields, where the source has them (in `labels`'
     /// order), for the context-dependent methods.
     pub examples: Option<Vec<Example>>,
+    /// What the reader noticed and left out or matched, one line each, for the user.
+    pub notes: Vec<String>,
 }
 
 /// Where a [`ReleasedJury`]'s P(Yes) values come from: a table keeps a released number
@@ -109,7 +111,7 @@ pub fn skillagg_halueval(dir: &Path, dialogues: Option<&Path>) -> Result<Release
         }
         None => None,
     };
-    Ok(ReleasedJury { judgments, p_values: PValues::Released, labels, examples })
+    Ok(ReleasedJury { judgments, p_values: PValues::Released, labels, examples, notes: Vec::new() })
 }
 
 #[derive(serde::Deserialize)]
@@ -175,7 +177,7 @@ pub fn skillagg_truthfulqa(dir: &Path) -> Result<ReleasedJury, DatasetError> {
         })
         .collect();
     let labels = examples.iter().map(|e| (e.id.clone(), e.label.unwrap_or(0))).collect();
-    Ok(ReleasedJury { judgments, p_values: PValues::Computed, labels, examples: Some(examples) })
+    Ok(ReleasedJury { judgments, p_values: PValues::Computed, labels, examples: Some(examples), notes: Vec::new() })
 }
 
 #[cfg(test)]
