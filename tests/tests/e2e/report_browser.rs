@@ -1,4 +1,4 @@
-//! The report in a real browser: `scripts/screenshot-report` opens `report.html` in
+//! The report in a real browser: `screenshot-report` (scripts/screenshot-report) opens `report.html` in
 //! headless Chromium, on a new profile each time, and watches the page's own target over
 //! the DevTools protocol; the page renders, writes nothing to the console and asks for
 //! nothing beyond its own file. The browser's background traffic is not the page's and
@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Output;
 
-use crate::common::{jury, repo_root};
+use crate::common::jury;
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -17,10 +17,10 @@ fn path_str(p: &Path) -> &str {
 
 fn screenshot(dir: &Path, png: &Path) -> Output {
     crate::common::install("scripts/install-chromium.sh", "Debian's chromium");
-    std::process::Command::new(repo_root().join("scripts/screenshot-report"))
+    std::process::Command::new(env!("CARGO_BIN_EXE_screenshot-report"))
         .args([path_str(dir), path_str(png)])
         .output()
-        .expect("starting scripts/screenshot-report")
+        .expect("starting screenshot-report")
 }
 
 /// Width, height and the share of pixels that differ from the top-left one (the page's
