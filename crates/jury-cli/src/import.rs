@@ -42,6 +42,15 @@ pub(crate) struct Args {
     /// wmt20-darr: seeds each pair's order (which translation is shown first).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// winrate-llmbar: the prompting strategy's folder.
+    #[arg(long, default_value = "Vanilla_NoRules")]
+    strategy: String,
+    /// winrate-llmbar: the Processed/ sets, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "MT-Bench,LLMEval2,FairEval")]
+    sets: Vec<String>,
+    /// winrate-hanna: the generator compared with every other.
+    #[arg(long, default_value = "GPT-2")]
+    anchor: String,
     /// HaluEval's `dialogue_data.json`, for contexts.csv (skillagg-halueval; TruthfulQA's
     /// examples come with the outputs).
     #[arg(long)]
@@ -90,6 +99,12 @@ enum Source {
     Pandalm,
     /// The CARE authors' CivilComments raters.
     CareCivilcomments,
+    /// PandaLM's test set as `jury winrate`'s comparisons (comparisons.csv).
+    WinratePandalm,
+    /// The LLMBar-processed MT-Bench, LLMEval2 and FairEval sets as comparisons.
+    WinrateLlmbar,
+    /// HANNA's stories, one generator against each other, as comparisons.
+    WinrateHanna,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -157,6 +172,16 @@ pub(crate) fn run(args: Args) -> Result<()> {
     );
     anyhow::ensure!((0.0..=1.0).contains(&args.min_coverage), "--min-coverage must be in [0, 1]");
     let input = args.input.as_path();
+    let comparisons = match args.source {
+        Source::WinratePandalm => Some(jury_datasets::winrate_pandalm(input)),
+        Source::WinrateLlmbar => Some(jury_datasets::winrate_llmbar(input, &args.strategy, &args.sets)),
+        Source::WinrateHanna => Some(jury_datasets::winrate_hanna(input, &args.anchor)),
+        _ => None,
+    };
+    if let Some(comparisons) = comparisons {
+        let comparisons = comparisons.with_context(|| format!("reading {}", args.input.display()))?;
+        return write_comparisons(&args, &comparisons);
+    }
     let jury = match args.source {
         Source::SkillaggHalueval => jury_datasets::skillagg_halueval(input, args.dialogues.as_deref()),
         Source::SkillaggTruthfulqa => jury_datasets::skillagg_truthfulqa(input),
@@ -173,6 +198,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         Source::Llmbar => jury_datasets::llmbar_jury(input),
         Source::Pandalm => jury_datasets::pandalm(input),
         Source::CareCivilcomments => jury_datasets::care_civilcomments(input),
+        Source::WinratePandalm | Source::WinrateLlmbar | Source::WinrateHanna => unreachable!("written above"),
     }
     .with_context(|| format!("reading {}", args.input.display()))?;
     for note in &jury.notes {
@@ -211,6 +237,16 @@ pub(crate) fn run(args: Args) -> Result<()> {
         labels.len(),
         args.out.display()
     );
+    Ok(())
+}
+
+/// comparisons.csv for `jury winrate`.
+fn write_comparisons(args: &Args, comparisons: &[jury_core::Comparison]) -> Result<()> {
+    let owner = Owner { command: "import".into(), source: args.input.display().to_string() };
+    let out = OutputDir::open(&args.out, owner, &[layout::COMPARISONS], args.force)?;
+    write_atomic(&out.staged(layout::COMPARISONS), jury_io::comparisons_csv(comparisons).as_bytes())?;
+    out.publish()?;
+    println!("wrote {} comparisons to {}", comparisons.len(), args.out.join(layout::COMPARISONS).display());
     Ok(())
 }
 

@@ -13,11 +13,13 @@ use serde_json::Value;
 
 use crate::{DatasetError, PValues, ReleasedJury, read};
 
+mod comparisons;
 mod pairwise;
 mod qa;
 mod scores;
 mod trec;
 
+pub use comparisons::{winrate_hanna, winrate_llmbar, winrate_pandalm};
 pub use pairwise::{judgebench, llmbar_jury, pandalm};
 pub use qa::{nq_qa_eval, triviaqa_judges};
 pub use scores::{care_civilcomments, faithbench, frank, humaneval_ice, salt_css, wmt20_darr};

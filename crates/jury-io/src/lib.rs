@@ -36,7 +36,7 @@ pub use metrics::{
     MethodMetrics, Metrics, NeuralMetrics, OverSeeds, PooledMethod, PooledSeeds, RecommendationMetrics,
 };
 pub use output::{OutputDir, OutputError, Owner, Protected, RunOutput, layout};
-pub use pairwise::{ResponseTable, read_comparisons, read_responses};
+pub use pairwise::{ResponseTable, comparisons_csv, read_comparisons, read_responses};
 pub use predictions::{
     MethodPredictions, OrderedJudgment, Predictions, by_order_csv, parse_by_order, parse_predictions, read_by_order,
     read_predictions, six_decimals,

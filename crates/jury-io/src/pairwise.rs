@@ -6,8 +6,31 @@ use std::path::Path;
 
 use jury_core::Comparison;
 
-use crate::IoError;
 use crate::table::Table;
+use crate::{IoError, csv_field};
+
+/// The comparisons table's columns, for its reader and its writer.
+const COMPARISON_ID: &str = "comparison_id";
+const GENERATOR_0: &str = "generator_0";
+const GENERATOR_1: &str = "generator_1";
+const EVALUATOR: &str = "evaluator";
+const VOTE: &str = "vote";
+
+/// A comparisons table ([`read_comparisons`]'s columns): vote 1, 0, or empty for none.
+pub fn comparisons_csv<'a>(rows: impl IntoIterator<Item = &'a Comparison>) -> String {
+    let mut table = format!("{COMPARISON_ID},{GENERATOR_0},{GENERATOR_1},{EVALUATOR},{VOTE}\n");
+    for r in rows {
+        let vote = r.vote.map_or("", |v| if v { "1" } else { "0" });
+        table.push_str(&format!(
+            "{},{},{},{},{vote}\n",
+            csv_field(&r.comparison_id),
+            csv_field(&r.generator_0),
+            csv_field(&r.generator_1),
+            csv_field(&r.evaluator)
+        ));
+    }
+    table
+}
 
 /// Reads a comparisons table: columns `comparison_id`, `generator_0`, `generator_1`,
 /// `evaluator`, `vote` (1: generator_1 preferred, 0: generator_0 preferred, `tie` or
@@ -15,11 +38,11 @@ use crate::table::Table;
 /// is an error naming both rows.
 pub fn read_comparisons(path: &Path) -> Result<Vec<Comparison>, IoError> {
     let t = Table::load(path)?;
-    let ids = t.required_text("comparison_id")?;
-    let g0 = t.required_text("generator_0")?;
-    let g1 = t.required_text("generator_1")?;
-    let evaluators = t.required_text("evaluator")?;
-    let votes = t.strings("vote")?;
+    let ids = t.required_text(COMPARISON_ID)?;
+    let g0 = t.required_text(GENERATOR_0)?;
+    let g1 = t.required_text(GENERATOR_1)?;
+    let evaluators = t.required_text(EVALUATOR)?;
+    let votes = t.strings(VOTE)?;
     let mut seen: HashMap<(String, String, String, String), usize> = HashMap::new();
     let mut out = Vec::with_capacity(votes.len());
     for (i, vote) in votes.iter().enumerate() {
@@ -31,17 +54,17 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<Comparison>, IoError> {
             generator_1: text(&g1),
             evaluator: text(&evaluators),
             vote: parse_vote(vote).ok_or_else(|| {
-                t.field_err(i, "vote", format!("`{}` is not 0, 1, tie or empty", vote.unwrap_or_default()))
+                t.field_err(i, VOTE, format!("`{}` is not 0, 1, tie or empty", vote.unwrap_or_default()))
             })?,
         };
         if row.generator_0 == row.generator_1 {
-            return Err(t.field_err(i, "generator_1", "the same generator as generator_0"));
+            return Err(t.field_err(i, GENERATOR_1, "the same generator as generator_0"));
         }
         let key = (row.generator_0.clone(), row.generator_1.clone(), row.comparison_id.clone(), row.evaluator.clone());
         if let Some(first) = seen.insert(key, i) {
             return Err(t.field_err(
                 i,
-                "evaluator",
+                EVALUATOR,
                 format!(
                     "a second vote by `{}` on comparison `{}` (first at {})",
                     row.evaluator,
@@ -157,6 +180,10 @@ mod tests {
         std::fs::write(&p, "comparison_id,generator_0,generator_1,evaluator,vote\n1,a,b,gpt,1\n1,a,b,human,0\n2,a,b,gpt,tie\n2,a,b,human,\n").unwrap();
         let rows = read_comparisons(&p).unwrap();
         assert_eq!(rows.iter().map(|r| r.vote).collect::<Vec<_>>(), [Some(true), Some(false), None, None]);
+        let written = comparisons_csv(&rows);
+        assert!(written.ends_with("2,a,b,gpt,\n2,a,b,human,\n"), "{written}");
+        std::fs::write(&p, &written).unwrap();
+        assert_eq!(read_comparisons(&p).unwrap(), rows);
         std::fs::write(&p, "comparison_id,generator_0,generator_1,evaluator,vote\n1,a,b,gpt,1\n1,a,b,gpt,0\n").unwrap();
         let e = read_comparisons(&p).unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("first at line 2"), "{e}");

@@ -94,7 +94,7 @@ fn winrate_calibrates_a_biased_evaluator_pool_and_refuses_what_it_cannot_know() 
     assert!(String::from_utf8_lossy(&out.stdout).contains("unidentif."));
 }
 
-/// `scripts/convert-winrate-data.py hanna` on a file shaped like HANNA's (one row per
+/// `jury import winrate-hanna` on a file shaped like HANNA's (one row per
 /// generator, each cell a list of 96 per-story numbers): the anchor against every other
 /// generator, human votes from the summed criteria (equal sums are no vote), LLM votes
 /// from each LLM's mean over its 4 prompt variants; `jury winrate` reads the result.
@@ -130,13 +130,10 @@ fn hanna_converter_votes_from_summed_scores_and_jury_reads_its_table() {
     let down = row("down", &|_| 2.0, &|_, _, _| 1.0);
     let file = dir.path().join("hanna_metric_scores_llm.csv");
     fs::write(&file, format!("{}\n{gpt2}\n{up}\n{down}\n", header.join(","))).unwrap();
-    let out_csv = dir.path().join("hanna.csv");
-    let script = crate::common::repo_root().join("scripts/convert-winrate-data.py");
-    let run = std::process::Command::new("python3")
-        .args([path_str(&script), "hanna", path_str(dir.path()), "--out", path_str(&out_csv)])
-        .output()
-        .expect("python3");
+    let imported = dir.path().join("hanna");
+    let run = jury(&["import", "winrate-hanna", "--input", path_str(dir.path()), "--out", path_str(&imported)]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let out_csv = imported.join("comparisons.csv");
     let table = fs::read_to_string(&out_csv).unwrap();
     let rows: Vec<Vec<&str>> = table.lines().skip(1).map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 2 * 96 * 6, "two pairs, 96 stories, the human and 5 LLMs");

@@ -55,6 +55,8 @@ pub const RUN: [&str; 14] = [
 pub const ADAPTIVE_REPLAY: &str = "adaptive.json";
 /// `jury simulate calibration`: the replay of calibration labels.
 pub const CALIBRATION_REPLAY: &str = "calibration.json";
+/// `jury import winrate-*`: the pairwise comparisons `jury winrate` reads.
+pub const COMPARISONS: &str = "comparisons.csv";
 /// `jury winrate`: the calibrated win rates.
 pub const WINRATE: &str = "winrate.json";
 /// `jury rank`: the ranking.
