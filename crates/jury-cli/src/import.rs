@@ -99,6 +99,9 @@ enum Source {
     Pandalm,
     /// The CARE authors' CivilComments raters.
     CareCivilcomments,
+    /// PandaLM's test set with three classes (tie, response 1, response 2) and contexts.
+    #[value(name = "pandalm-3class")]
+    Pandalm3class,
     /// PandaLM's test set as `jury winrate`'s comparisons (comparisons.csv).
     WinratePandalm,
     /// The LLMBar-processed MT-Bench, LLMEval2 and FairEval sets as comparisons.
@@ -178,6 +181,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
         Source::WinrateHanna => Some(jury_datasets::winrate_hanna(input, &args.anchor)),
         _ => None,
     };
+    if matches!(args.source, Source::Pandalm3class) {
+        let jury = jury_datasets::pandalm_three_class(input).with_context(|| format!("reading {}", input.display()))?;
+        return write_class_jury(&args, &jury);
+    }
     if let Some(comparisons) = comparisons {
         let comparisons = comparisons.with_context(|| format!("reading {}", args.input.display()))?;
         return write_comparisons(&args, &comparisons);
@@ -198,7 +205,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
         Source::Llmbar => jury_datasets::llmbar_jury(input),
         Source::Pandalm => jury_datasets::pandalm(input),
         Source::CareCivilcomments => jury_datasets::care_civilcomments(input),
-        Source::WinratePandalm | Source::WinrateLlmbar | Source::WinrateHanna => unreachable!("written above"),
+        Source::WinratePandalm | Source::WinrateLlmbar | Source::WinrateHanna | Source::Pandalm3class => {
+            unreachable!("written above")
+        }
     }
     .with_context(|| format!("reading {}", args.input.display()))?;
     for note in &jury.notes {
@@ -237,6 +246,22 @@ pub(crate) fn run(args: Args) -> Result<()> {
         labels.len(),
         args.out.display()
     );
+    Ok(())
+}
+
+/// A one-hot class jury: judgments.csv (probs), labels.csv, contexts.csv.
+fn write_class_jury(args: &Args, jury: &jury_datasets::ClassJury) -> Result<()> {
+    let owner = Owner { command: "import".into(), source: args.input.display().to_string() };
+    let names = [layout::JUDGMENTS, layout::LABELS, layout::CONTEXTS];
+    let out = OutputDir::open(&args.out, owner, &names, args.force)?;
+    let rows = jury.judgments.iter().map(|(e, j, c)| (e.as_str(), j.as_str(), *c));
+    write_atomic(&out.staged(layout::JUDGMENTS), jury_io::one_hot_judgments_csv(jury.n_classes, rows).as_bytes())?;
+    let labels = jury_io::labels_csv(jury.labels.iter().map(|(e, l)| (e.as_str(), *l)));
+    write_atomic(&out.staged(layout::LABELS), labels.as_bytes())?;
+    let texts = jury_io::texts_csv(jury.contexts.iter().map(|(e, t)| (e.as_str(), t.as_str())));
+    write_atomic(&out.staged(layout::CONTEXTS), texts.as_bytes())?;
+    out.publish()?;
+    println!("wrote {} examples to {}", jury.labels.len(), args.out.display());
     Ok(())
 }
 

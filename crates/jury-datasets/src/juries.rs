@@ -20,7 +20,7 @@ mod scores;
 mod trec;
 
 pub use comparisons::{winrate_hanna, winrate_llmbar, winrate_pandalm};
-pub use pairwise::{judgebench, llmbar_jury, pandalm};
+pub use pairwise::{ClassJury, judgebench, llmbar_jury, pandalm, pandalm_three_class};
 pub use qa::{nq_qa_eval, triviaqa_judges};
 pub use scores::{care_civilcomments, faithbench, frank, humaneval_ice, salt_css, wmt20_darr};
 pub use trec::{llmjudge, trecdl_llm_qrels};

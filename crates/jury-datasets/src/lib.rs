@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 pub use context::ContextStyle;
 pub use dataset_address::{HubAddress, resolve, resolve_local};
 pub use juries::{
-    care_civilcomments, faithbench, frank, humaneval_ice, judgebench, llmbar_jury, llmjudge, nq_qa_eval, pandalm,
-    salt_css, trecdl_llm_qrels, triviaqa_judges, winrate_hanna, winrate_llmbar, winrate_pandalm, wmt20_darr,
+    ClassJury, care_civilcomments, faithbench, frank, humaneval_ice, judgebench, llmbar_jury, llmjudge, nq_qa_eval,
+    pandalm, pandalm_three_class, salt_css, trecdl_llm_qrels, triviaqa_judges, winrate_hanna, winrate_llmbar,
+    winrate_pandalm, wmt20_darr,
 };
 pub use released::{PValues, ReleasedJury, skillagg_halueval, skillagg_truthfulqa};
 

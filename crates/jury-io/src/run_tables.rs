@@ -13,6 +13,8 @@ pub(crate) const EXAMPLE_ID: &str = "example_id";
 pub(crate) const JUDGE: &str = "judge";
 /// The binary judgments' probability of the positive verdict.
 pub(crate) const P: &str = "p";
+/// A multi-class judgments table's probability list (a JSON array per cell in CSV).
+pub(crate) const PROBS: &str = "probs";
 /// prompts.jsonl's token ids.
 pub(crate) const TOKENS: &str = "tokens";
 /// The labels table's class column.
@@ -91,6 +93,23 @@ pub fn judgments_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str, f64)>
     let mut table = format!("{EXAMPLE_ID},{JUDGE},{P}\n");
     for (id, judge, p) in rows {
         let _ = writeln!(table, "{},{},{p:.6}", csv_field(id), csv_field(judge));
+    }
+    table
+}
+
+/// A multi-class judgments table: example_id, judge, probs (a JSON array of `n_classes`
+/// probabilities: 1 for the judge's class, 0 for the others; empty for no judgment).
+pub fn one_hot_judgments_csv<'a>(
+    n_classes: usize,
+    rows: impl IntoIterator<Item = (&'a str, &'a str, Option<usize>)>,
+) -> String {
+    let mut table = format!("{EXAMPLE_ID},{JUDGE},{PROBS}\n");
+    for (id, judge, class) in rows {
+        let probs = class.map_or(String::new(), |c| {
+            let cells: Vec<&str> = (0..n_classes).map(|k| if k == c { "1.0" } else { "0.0" }).collect();
+            csv_field(&format!("[{}]", cells.join(", "))).into_owned()
+        });
+        let _ = writeln!(table, "{},{},{probs}", csv_field(id), csv_field(judge));
     }
     table
 }
@@ -236,6 +255,10 @@ mod tests {
         );
         let judgments = read_judgments(&write(dir.path(), "run.csv", &run)).unwrap();
         assert_eq!(judgments.example_ids(), ["a,1", "b"]);
+        let one_hot = one_hot_judgments_csv(3, [("q", "j", Some(2)), ("q", "k", None), ("r", "k", Some(0))]);
+        assert_eq!(one_hot, "example_id,judge,probs\nq,j,\"[0.0, 0.0, 1.0]\"\nq,k,\nr,k,\"[1.0, 0.0, 0.0]\"\n");
+        let classes = read_judgments(&write(dir.path(), "m.csv", &one_hot)).unwrap();
+        assert_eq!((classes.n_classes(), classes.get(0, 0)), (3, Some(&[0.0, 0.0, 1.0][..])));
         let simple =
             read_judgments(&write(dir.path(), "j.csv", &judgments_csv([("a,1", "j", 0.25), ("b", "j", 1.0 / 3.0)])))
                 .unwrap();

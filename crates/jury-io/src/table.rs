@@ -17,7 +17,7 @@ use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
 
 use crate::IoError;
 use crate::columns::{Columns, Value};
-use crate::run_tables::{CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, TEXT, TOKENS};
+use crate::run_tables::{CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, PROBS, TEXT, TOKENS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -215,8 +215,8 @@ pub fn read_judgments(path: &Path) -> Result<Judgments, IoError> {
     let t = Table::load(path)?;
     let ids = t.required_text(EXAMPLE_ID)?;
     let judges = t.required_text(JUDGE)?;
-    let probs = if t.has("probs") {
-        ProbColumns::Lists(t.float_lists("probs")?)
+    let probs = if t.has(PROBS) {
+        ProbColumns::Lists(t.float_lists(PROBS)?)
     } else if t.has("p0") {
         let names: Vec<String> = (0..).map(|c| format!("p{c}")).take_while(|n| t.has(n)).collect();
         if names.len() < 2 {
@@ -296,7 +296,7 @@ impl CsvLayout {
             })
         };
         let (id, judge) = (require(EXAMPLE_ID)?, require(JUDGE)?);
-        let probs = if let Some(i) = find("probs") {
+        let probs = if let Some(i) = find(PROBS) {
             CsvProbs::Lists(i)
         } else if find("p0").is_some() {
             let cols: Vec<(usize, String)> =
@@ -352,7 +352,7 @@ fn read_judgments_csv(path: &Path) -> Result<Judgments, IoError> {
         None | Some("") => Ok(None),
         Some(t) => serde_json::from_str::<Vec<f64>>(t)
             .map(Some)
-            .map_err(|_| field(r.line, "probs", format!("`{t}` is not a JSON array of numbers"))),
+            .map_err(|_| field(r.line, PROBS, format!("`{t}` is not a JSON array of numbers"))),
     };
     let names =
         crate::csv::header(&text).map_err(malformed)?.ok_or_else(|| IoError::Empty { path: path.to_owned() })?;

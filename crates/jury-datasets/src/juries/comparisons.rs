@@ -174,3 +174,39 @@ pub fn winrate_hanna(dir: &Path, anchor: &str) -> Result<Vec<Comparison>, Datase
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pandalm_pairs_vote_for_the_second_response_on_2_and_none_on_a_tie() {
+        let dir = tempfile::tempdir().unwrap();
+        let test = r#"[{"idx": 0, "cmp_key": "a_b_c", "annotator1": 2, "annotator2": 2, "annotator3": 1},
+                       {"idx": 1, "cmp_key": "a_b_c", "annotator1": 0, "annotator2": 1, "annotator3": 0}]"#;
+        std::fs::write(dir.path().join("testset-v1.json"), test).unwrap();
+        let gpt = r#"[{"idx": 0, "gpt_result": "1"}, {"idx": 1, "gpt_result": "Tie"}]"#;
+        std::fs::write(dir.path().join("gpt-3.5-turbo-testset-v1.json"), gpt).unwrap();
+        let panda = r#"[{"idx": 0, "pandalm_result": 2}, {"idx": 1, "pandalm_result": 0}]"#;
+        std::fs::write(dir.path().join("pandalm-7b-testset-v1.json"), panda).unwrap();
+        let rows = winrate_pandalm(dir.path()).unwrap();
+        let votes: Vec<(&str, &str, Option<bool>)> =
+            rows.iter().map(|r| (r.comparison_id.as_str(), r.evaluator.as_str(), r.vote)).collect();
+        assert_eq!(
+            votes,
+            [
+                ("0", "human", Some(true)),
+                ("0", "gpt-3.5-turbo", Some(false)),
+                ("0", "pandalm-7b", Some(true)),
+                ("1", "human", None),
+                ("1", "gpt-3.5-turbo", None),
+                ("1", "pandalm-7b", None),
+            ]
+        );
+        assert_eq!((rows[0].generator_0.as_str(), rows[0].generator_1.as_str()), ("a", "b_c"));
+        let three = crate::pandalm_three_class(dir.path()).unwrap();
+        assert_eq!(three.labels, [("pandalm-0".to_owned(), 2), ("pandalm-1".to_owned(), 0)]);
+        assert_eq!(three.judgments[2], ("pandalm-1".to_owned(), "gpt-3.5-turbo".to_owned(), Some(0)));
+        assert_eq!(three.contexts[0].1, "|| Response 1: || Response 2:");
+    }
+}

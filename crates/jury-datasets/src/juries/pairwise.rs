@@ -193,3 +193,72 @@ pub fn pandalm(input: &Path) -> Result<ReleasedJury, DatasetError> {
     }
     Ok(b.finish())
 }
+
+/// A jury of one-hot class votes with contexts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassJury {
+    pub n_classes: usize,
+    /// (example id, judge, the class it chose; `None` for no usable verdict).
+    pub judgments: Vec<(String, String, Option<usize>)>,
+    /// Every example's id and label, in the data set's order.
+    pub labels: Vec<(String, usize)>,
+    /// Every example's id and context text, in the same order.
+    pub contexts: Vec<(String, String)>,
+}
+
+/// PandaLM's test set with three classes (0 a tie, 1 response 1 better, 2 response 2
+/// better): GPT-3.5-turbo's verdict ("Tie", "1", "2"; anything else no verdict) and
+/// PandaLM-7B's (0, 1, 2); the label the majority of the three annotators; the context
+/// the instruction, input and both responses.
+pub fn pandalm_three_class(input: &Path) -> Result<ClassJury, DatasetError> {
+    let tests_path = input.join("testset-v1.json");
+    let verdicts = |file: &str, key: &str| -> Result<std::collections::HashMap<i64, String>, DatasetError> {
+        let path = input.join(file);
+        let rows = json(&path)?;
+        let rows = rows.as_array().ok_or_else(|| fail(&path, "not a JSON array"))?;
+        rows.iter()
+            .map(|r| Some((r.get("idx")?.as_i64()?, text(r.get(key)?))))
+            .collect::<Option<_>>()
+            .ok_or_else(|| fail(&path, format!("a row without idx or {key}")))
+    };
+    let gpt = verdicts("gpt-3.5-turbo-testset-v1.json", "gpt_result")?;
+    let panda = verdicts("pandalm-7b-testset-v1.json", "pandalm_result")?;
+    let tests = json(&tests_path)?;
+    let mut jury = ClassJury { n_classes: 3, judgments: Vec::new(), labels: Vec::new(), contexts: Vec::new() };
+    for t in tests.as_array().ok_or_else(|| fail(&tests_path, "not a JSON array"))? {
+        let idx = t.get("idx").and_then(Value::as_i64).ok_or_else(|| fail(&tests_path, "a row without idx"))?;
+        let votes: Vec<Option<i64>> =
+            ["annotator1", "annotator2", "annotator3"].iter().map(|a| t[*a].as_i64()).collect();
+        let label = votes.iter().flatten().find(|v| votes.iter().filter(|w| **w == Some(**v)).count() >= 2);
+        let label = label.and_then(|l| usize::try_from(*l).ok()).filter(|l| *l < 3);
+        let label =
+            label.ok_or_else(|| fail(&tests_path, format!("idx {idx}: no annotator majority among 0, 1, 2")))?;
+        let ex = format!("pandalm-{idx}");
+        let verdict = |m: &std::collections::HashMap<i64, String>, who: &str| {
+            m.get(&idx).cloned().ok_or_else(|| fail(&tests_path, format!("idx {idx}: no {who} verdict")))
+        };
+        let gpt_class = match verdict(&gpt, "gpt-3.5-turbo")?.as_str() {
+            "Tie" => Some(0),
+            "1" => Some(1),
+            "2" => Some(2),
+            _ => None,
+        };
+        let panda_verdict = verdict(&panda, "pandalm-7b")?;
+        let panda_class = panda_verdict.parse::<usize>().ok().filter(|c| *c < 3);
+        let panda_class =
+            panda_class.ok_or_else(|| fail(&tests_path, format!("idx {idx}: pandalm-7b said {panda_verdict}")))?;
+        jury.labels.push((ex.clone(), label));
+        jury.judgments.push((ex.clone(), "gpt-3.5-turbo".into(), gpt_class));
+        jury.judgments.push((ex.clone(), "pandalm-7b".into(), Some(panda_class)));
+        let field = |k: &str| t.get(k).map(text).unwrap_or_default();
+        let context = format!(
+            "{} {} || Response 1: {} || Response 2: {}",
+            field("instruction"),
+            field("input"),
+            field("response1"),
+            field("response2")
+        );
+        jury.contexts.push((ex, context.split_whitespace().collect::<Vec<_>>().join(" ")));
+    }
+    Ok(jury)
+}
