@@ -13,6 +13,7 @@ mod rank;
 mod report;
 #[cfg(feature = "judges")]
 mod run;
+mod score_epochs;
 mod simulate;
 mod winrate;
 
@@ -66,6 +67,9 @@ enum Command {
     /// Compare `jury run` outputs of the same judges (another device, engine, server or
     /// setting) with a reference run: speed, closeness of P(positive), same tokens.
     CompareRuns(compare_runs::Args),
+    /// Score every epoch a fine-tuning run left in its checkpoint folder on one seed's dev
+    /// set and test split, beside the run's methods on the same split.
+    ScoreEpochs(score_epochs::Args),
     /// Write another tool's released judge outputs as a jury folder (judgments.csv,
     /// labels.csv, contexts.csv) for `jury aggregate`.
     Import(import::Args),
@@ -109,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::Import(args) => import::run(args),
         Command::CheckRecommended(args) => check_recommended::run(args),
         Command::CompareRuns(args) => compare_runs::run(args),
+        Command::ScoreEpochs(args) => score_epochs::run(args),
         Command::Report(args) => report::run(args),
     };
     let code = match result {

@@ -83,27 +83,7 @@ fn json(path: &Path) -> Result<Value, DatasetError> {
 }
 
 /// A JSON object's members in the file's order (serde_json's map sorts them).
-struct Ordered(Vec<(String, Value)>);
-
-impl<'de> serde::Deserialize<'de> for Ordered {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Ordered;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry()? {
-                    members.push(member);
-                }
-                Ok(Ordered(members))
-            }
-        }
-        d.deserialize_map(Visit)
-    }
-}
+type Ordered = jury_io::Named<Value>;
 
 /// The entries of `dir` whose names pass `keep`, sorted by name.
 fn listing(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<(String, PathBuf)>, DatasetError> {

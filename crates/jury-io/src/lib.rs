@@ -39,7 +39,7 @@ pub use output::{OutputDir, OutputError, Owner, Protected, RunOutput, layout};
 pub use pairwise::{ResponseTable, comparisons_csv, read_comparisons, read_responses};
 pub use predictions::{
     MethodPredictions, OrderedJudgment, Predictions, by_order_csv, parse_by_order, parse_predictions, read_by_order,
-    read_predictions, six_decimals,
+    read_prediction_labels, read_predictions, six_decimals,
 };
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
 pub use run_tables::{

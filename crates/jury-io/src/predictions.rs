@@ -92,6 +92,39 @@ impl Predictions {
     }
 }
 
+/// The reference labels of predictions.csv (its `label` column, which [`Predictions::to_csv`]
+/// writes when the run had labels), in file order; `None` for an unlabeled example, an
+/// error when the file has no such column.
+pub fn read_prediction_labels(path: &Path) -> Result<Vec<Option<usize>>, IoError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| IoError::Read { path: path.to_owned(), source: Box::new(e) })?;
+    let malformed = |(line, reason)| IoError::Malformed { path: path.to_owned(), line, reason };
+    let (mut column, mut labels) = (None, Vec::new());
+    scan(&text, malformed, |r: &Record<'_>| {
+        let Some(c) = column else {
+            let names = header_names(r).map_err(malformed)?;
+            let found = names.join(", ");
+            let c = names.iter().position(|n| n == "label");
+            column = Some(c.ok_or_else(|| IoError::MissingColumn {
+                path: path.to_owned(),
+                column: "label".into(),
+                found,
+            })?);
+            return Ok(());
+        };
+        let cell = r.get(c).unwrap_or_default();
+        let label = (!cell.is_empty()).then(|| cell.parse::<usize>()).transpose().map_err(|e| IoError::Field {
+            path: path.to_owned(),
+            row: format!("line {}", r.line),
+            column: "label".into(),
+            reason: format!("`{cell}`: {e}"),
+        })?;
+        labels.push(label);
+        Ok(())
+    })?;
+    Ok(labels)
+}
+
 /// Reads predictions.csv as [`Predictions::to_csv`] writes it.
 pub fn read_predictions(path: &Path) -> Result<Predictions, IoError> {
     let text =
@@ -271,6 +304,7 @@ mod tests {
         );
         assert_eq!(p.methods[1].posteriors.n_classes(), 3);
         assert_eq!(p.methods[1].labels, vec![1, 0]);
+        assert_eq!(read_prediction_labels(&path).unwrap(), [Some(1), None]);
         let labels = Labels::new(3, vec![Some(1), None]).unwrap();
         let again = parse_predictions(&p.to_csv(Some(&labels)), &path).unwrap();
         assert_eq!(again, p, "the writer and the reader agree");

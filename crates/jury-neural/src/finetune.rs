@@ -187,6 +187,58 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), NeuralEr
 
 /// A list written beside an epoch's posteriors; empty when the epoch was checkpointed
 /// before the file was written with it.
+/// Each epoch's files: the method's posteriors, the judges' slopes and the context
+/// model's own prior, `epoch-NNN-<kind>.json` in the checkpoint folder.
+const POSTERIORS: &str = "posteriors";
+const SLOPES: &str = "slopes";
+const PRIOR: &str = "prior";
+
+fn epoch_file(dir: &Path, epoch: usize, kind: &str) -> PathBuf {
+    dir.join(format!("epoch-{epoch:03}-{kind}.json"))
+}
+
+/// Which posterior of an epoch a file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpochRead {
+    /// The method's (the context model combined with the judges).
+    Method,
+    /// The context model's own.
+    Context,
+}
+
+/// One epoch's posteriors P(class 1) per example (the run's example order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochPosteriors {
+    pub epoch: usize,
+    pub read: EpochRead,
+    pub posteriors: Vec<f64>,
+}
+
+/// Every epoch's posteriors a fine-tuning run left in its checkpoint folder (one
+/// method, seed and lambda), by epoch and the method's before the context model's.
+pub fn read_epoch_posteriors(dir: &Path) -> Result<Vec<EpochPosteriors>, NeuralError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+        let name = entry.map_err(|e| io_err(dir, e))?.file_name().to_string_lossy().into_owned();
+        let Some((epoch, kind)) = name.strip_prefix("epoch-").and_then(|r| r.strip_suffix(".json")?.split_once('-'))
+        else {
+            continue;
+        };
+        let read = match kind {
+            POSTERIORS => EpochRead::Method,
+            PRIOR => EpochRead::Context,
+            _ => continue,
+        };
+        let Some(epoch) = epoch.parse().ok().filter(|_| epoch.len() == 3) else { continue };
+        let path = epoch_file(dir, epoch, kind);
+        let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+        let posteriors = serde_json::from_str(&text).map_err(|e| io_err(&path, e))?;
+        out.push(EpochPosteriors { epoch, read, posteriors });
+    }
+    out.sort_by_key(|e| (e.epoch, e.read == EpochRead::Context));
+    Ok(out)
+}
+
 fn read_optional(path: &Path) -> Result<Vec<f32>, NeuralError> {
     match std::fs::read_to_string(path) {
         Ok(text) => serde_json::from_str(&text).map_err(|e| io_err(path, e)),
@@ -227,9 +279,9 @@ pub(crate) fn train(
     let enc_opt = FusedAdamW::new(sorted_vars(&varmap)?, params(ft.encoder_lr))?;
     let head_opt = FusedAdamW::new(head.vars(), params(cfg.lr))?;
     let mut trainee = Trainee { varmap: &mut varmap, head: head.as_ref(), enc_opt, head_opt };
-    let post_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-posteriors.json"));
-    let slopes_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-slopes.json"));
-    let prior_file = |e: usize| ft.checkpoints.join(format!("epoch-{e:03}-prior.json"));
+    let post_file = |e: usize| epoch_file(&ft.checkpoints, e, POSTERIORS);
+    let slopes_file = |e: usize| epoch_file(&ft.checkpoints, e, SLOPES);
+    let prior_file = |e: usize| epoch_file(&ft.checkpoints, e, PRIOR);
     // Resume: replay finished epochs' results, load the last one's weights.
     // Posteriors of an epoch are renamed into place last, so their presence means the
     // epoch's weights were written; the weights of the last such epoch are kept.

@@ -25,6 +25,7 @@ mod seeds;
 mod train;
 
 pub use config::{ModelKind, Recipe, Schedule, TrainConfig};
+pub use finetune::{EpochPosteriors, EpochRead, read_epoch_posteriors};
 pub use seeds::{NeuralMethod, NeuralOptions, NeuralRun, Note, SeedRun, SkillInit, run_methods};
 
 /// Changes whenever the encoder's arithmetic changes (so cached embeddings made by an

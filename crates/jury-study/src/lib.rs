@@ -12,6 +12,7 @@ mod adaptive;
 mod bar;
 mod calibration;
 mod compare;
+mod epochs;
 mod options;
 mod pool;
 mod study;
@@ -23,6 +24,7 @@ pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use bar::{BarCheck, BarError, CROWD_KIT, bar_tables};
 pub use calibration::{calibration_replay, calibration_table, label_plan, scoring_labels};
 pub use compare::{CLOSE, CompareError, Comparison, Pairing, RunFiles, compare_runs, comparison_table};
+pub use epochs::{EpochError, epoch_table};
 pub use options::{
     AggregateOptions, DsInit, DsPrior, DsStop, EncoderMode, Method, RecipeName, Settings, SkillStart, Ties,
 };
