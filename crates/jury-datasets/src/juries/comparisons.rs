@@ -3,7 +3,6 @@
 //! or an unreadable verdict; human labels under the evaluator `human`): PandaLM's test
 //! set, the LLMBar-processed MT-Bench, LLMEval2 and FairEval sets, and HANNA's stories.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use jury_core::Comparison;
@@ -23,8 +22,8 @@ fn row(id: impl ToString, g0: &str, g1: &str, evaluator: &str, vote: Option<bool
 }
 
 /// A verdict naming response 1 or 2 (text or number): generator_1 preferred for 2.
-fn one_or_two(v: &Value) -> Option<bool> {
-    match text(v).as_str() {
+fn one_or_two(v: &str) -> Option<bool> {
+    match v {
         "1" => Some(false),
         "2" => Some(true),
         _ => None,
@@ -35,17 +34,7 @@ fn one_or_two(v: &Value) -> Option<bool> {
 /// majority of the three annotators (0, a tie, is no vote); evaluators gpt-3.5-turbo and
 /// pandalm-7b.
 pub fn winrate_pandalm(dir: &Path) -> Result<Vec<Comparison>, DatasetError> {
-    let by_idx = |file: &str, key: &str| -> Result<HashMap<i64, Value>, DatasetError> {
-        let path = dir.join(file);
-        let rows = json(&path)?;
-        let rows = rows.as_array().ok_or_else(|| fail(&path, "not a JSON array"))?;
-        rows.iter()
-            .map(|r| Some((r.get("idx")?.as_i64()?, r.get(key)?.clone())))
-            .collect::<Option<_>>()
-            .ok_or_else(|| fail(&path, format!("a row without idx or {key}")))
-    };
-    let gpt = by_idx("gpt-3.5-turbo-testset-v1.json", "gpt_result")?;
-    let panda = by_idx("pandalm-7b-testset-v1.json", "pandalm_result")?;
+    let (gpt, panda) = super::pairwise::pandalm_verdicts(dir)?;
     let tests_path = dir.join("testset-v1.json");
     let tests = json(&tests_path)?;
     let mut out = Vec::new();
@@ -58,7 +47,7 @@ pub fn winrate_pandalm(dir: &Path) -> Result<Vec<Comparison>, DatasetError> {
         let votes: Vec<Value> = ["annotator1", "annotator2", "annotator3"].iter().map(|a| t[*a].clone()).collect();
         let majority = votes.iter().find(|v| votes.iter().filter(|w| w == v).count() >= 2);
         let majority = majority.ok_or_else(|| fail(&tests_path, format!("idx {idx}: no human majority")))?;
-        out.push(row(idx, g0, g1, "human", one_or_two(majority)));
+        out.push(row(idx, g0, g1, "human", one_or_two(&text(majority))));
         for (who, verdicts) in [("gpt-3.5-turbo", &gpt), ("pandalm-7b", &panda)] {
             let verdict =
                 verdicts.get(&idx).ok_or_else(|| fail(&tests_path, format!("idx {idx}: no {who} verdict")))?;
@@ -101,7 +90,7 @@ pub fn winrate_llmbar(dir: &Path, strategy: &str, sets: &[String]) -> Result<Vec
                 for (key, evaluator) in [("swap = False", llm.clone()), ("swap = True", format!("{llm}/swapped"))] {
                     let winner = last.get(key).and_then(|o| o.get("winner"));
                     let winner = winner.ok_or_else(|| fail(&result_path, format!("pair {i}: no `{key}` winner")))?;
-                    out.push(row(i, &g0, &g1, &evaluator, one_or_two(winner)));
+                    out.push(row(i, &g0, &g1, &evaluator, one_or_two(&text(winner))));
                 }
             }
         }

@@ -149,12 +149,11 @@ pub fn llmbar_jury(input: &Path) -> Result<ReleasedJury, DatasetError> {
     Ok(b.finish())
 }
 
-/// PandaLM's test set: GPT-3.5-turbo's and PandaLM-7B's verdicts on the pairs where at
-/// least two of the three annotators agree on a winner (a tie left out); the label is
-/// response 1 better.
-pub fn pandalm(input: &Path) -> Result<ReleasedJury, DatasetError> {
-    let tests_path = input.join("testset-v1.json");
-    let verdicts = |file: &str, key: &str| -> Result<std::collections::HashMap<i64, String>, DatasetError> {
+/// PandaLM's GPT-3.5-turbo and PandaLM-7B verdicts by test item (`idx`), as text.
+pub(super) type Verdicts = std::collections::HashMap<i64, String>;
+
+pub(super) fn pandalm_verdicts(input: &Path) -> Result<(Verdicts, Verdicts), DatasetError> {
+    let read = |file: &str, key: &str| -> Result<Verdicts, DatasetError> {
         let path = input.join(file);
         let rows = json(&path)?;
         let rows = rows.as_array().ok_or_else(|| fail(&path, "not a JSON array"))?;
@@ -163,8 +162,15 @@ pub fn pandalm(input: &Path) -> Result<ReleasedJury, DatasetError> {
             .collect::<Option<_>>()
             .ok_or_else(|| fail(&path, format!("a row without idx or {key}")))
     };
-    let gpt = verdicts("gpt-3.5-turbo-testset-v1.json", "gpt_result")?;
-    let panda = verdicts("pandalm-7b-testset-v1.json", "pandalm_result")?;
+    Ok((read("gpt-3.5-turbo-testset-v1.json", "gpt_result")?, read("pandalm-7b-testset-v1.json", "pandalm_result")?))
+}
+
+/// PandaLM's test set: GPT-3.5-turbo's and PandaLM-7B's verdicts on the pairs where at
+/// least two of the three annotators agree on a winner (a tie left out); the label is
+/// response 1 better.
+pub fn pandalm(input: &Path) -> Result<ReleasedJury, DatasetError> {
+    let tests_path = input.join("testset-v1.json");
+    let (gpt, panda) = pandalm_verdicts(input)?;
     let tests = json(&tests_path)?;
     let mut b = Builder::default();
     for t in tests.as_array().ok_or_else(|| fail(&tests_path, "not a JSON array"))? {
@@ -212,17 +218,7 @@ pub struct ClassJury {
 /// the instruction, input and both responses.
 pub fn pandalm_three_class(input: &Path) -> Result<ClassJury, DatasetError> {
     let tests_path = input.join("testset-v1.json");
-    let verdicts = |file: &str, key: &str| -> Result<std::collections::HashMap<i64, String>, DatasetError> {
-        let path = input.join(file);
-        let rows = json(&path)?;
-        let rows = rows.as_array().ok_or_else(|| fail(&path, "not a JSON array"))?;
-        rows.iter()
-            .map(|r| Some((r.get("idx")?.as_i64()?, text(r.get(key)?))))
-            .collect::<Option<_>>()
-            .ok_or_else(|| fail(&path, format!("a row without idx or {key}")))
-    };
-    let gpt = verdicts("gpt-3.5-turbo-testset-v1.json", "gpt_result")?;
-    let panda = verdicts("pandalm-7b-testset-v1.json", "pandalm_result")?;
+    let (gpt, panda) = pandalm_verdicts(input)?;
     let tests = json(&tests_path)?;
     let mut jury = ClassJury { n_classes: 3, judgments: Vec::new(), labels: Vec::new(), contexts: Vec::new() };
     for t in tests.as_array().ok_or_else(|| fail(&tests_path, "not a JSON array"))? {
@@ -234,7 +230,7 @@ pub fn pandalm_three_class(input: &Path) -> Result<ClassJury, DatasetError> {
         let label =
             label.ok_or_else(|| fail(&tests_path, format!("idx {idx}: no annotator majority among 0, 1, 2")))?;
         let ex = format!("pandalm-{idx}");
-        let verdict = |m: &std::collections::HashMap<i64, String>, who: &str| {
+        let verdict = |m: &Verdicts, who: &str| {
             m.get(&idx).cloned().ok_or_else(|| fail(&tests_path, format!("idx {idx}: no {who} verdict")))
         };
         let gpt_class = match verdict(&gpt, "gpt-3.5-turbo")?.as_str() {
