@@ -70,8 +70,8 @@ enum Command {
     /// Score every epoch a fine-tuning run left in its checkpoint folder on one seed's dev
     /// set and test split, beside the run's methods on the same split.
     ScoreEpochs(score_epochs::Args),
-    /// Write another tool's released judge outputs as a jury folder (judgments.csv,
-    /// labels.csv, contexts.csv) for `jury aggregate`.
+    /// Write another tool's released judge outputs as a jury folder for `jury aggregate`
+    /// (judgments.csv, labels.csv, contexts.csv) or comparisons for `jury winrate`.
     Import(import::Args),
     /// Write DIR/report.html, one self-contained page of a run's results (aggregate and run write it too).
     Report(report::Args),

@@ -71,7 +71,7 @@ fn delimited(path: &Path, delimiter: u8) -> Result<(Vec<String>, Vec<Row>), Data
 }
 
 fn fail(path: &Path, reason: impl Into<String>) -> DatasetError {
-    DatasetError::Line { path: path.to_owned(), line: 0, reason: reason.into() }
+    DatasetError::File { path: path.to_owned(), reason: reason.into() }
 }
 
 fn json(path: &Path) -> Result<Value, DatasetError> {

@@ -43,6 +43,8 @@ pub enum DatasetError {
     Field { path: PathBuf, line: u64, field: String, reason: String },
     #[error("{} line {line}: {reason}", path.display())]
     Line { path: PathBuf, line: u64, reason: String },
+    #[error("{}: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
     #[error("unknown data set `{0}` (known: {KNOWN})")]
     Unknown(String),
     #[error("`{address}` is not a hub address of the form hf://datasets/OWNER/NAME[@REVISION]/FILE")]

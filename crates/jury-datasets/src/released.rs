@@ -46,9 +46,8 @@ fn files(dir: &Path, prefix: &str, suffix: &str) -> Result<Vec<(String, PathBuf)
     }
     out.sort();
     if out.is_empty() {
-        return Err(DatasetError::Line {
+        return Err(DatasetError::File {
             path: dir.to_owned(),
-            line: 0,
             reason: format!("no {prefix}*{suffix} files in the folder"),
         });
     }
@@ -105,7 +104,7 @@ pub fn skillagg_halueval(dir: &Path, dialogues: Option<&Path>) -> Result<Release
             let examples = crate::halueval_dialogue(path)?;
             if examples.len() != labels.len() {
                 let reason = format!("{} examples, the judge files have {}", examples.len(), labels.len());
-                return Err(DatasetError::Line { path: path.to_owned(), line: 0, reason });
+                return Err(DatasetError::File { path: path.to_owned(), reason });
             }
             Some(examples)
         }
@@ -163,7 +162,7 @@ pub fn skillagg_truthfulqa(dir: &Path) -> Result<ReleasedJury, DatasetError> {
         let held = seen.iter().filter(|s| **s).count();
         if held != unrolled.len() {
             let reason = format!("{held} examples, {} has {}", unrolled_path.display(), unrolled.len());
-            return Err(DatasetError::Line { path, line: 0, reason });
+            return Err(DatasetError::File { path, reason });
         }
     }
     let examples: Vec<Example> = unrolled

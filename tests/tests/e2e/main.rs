@@ -12,5 +12,6 @@ mod run_cli;
 mod safety_cli;
 mod server_faults_cli;
 mod servers_cli;
+mod tools_cli;
 mod torture_cli;
 mod winrate_rank_cli;
