@@ -175,41 +175,48 @@ pub(crate) fn run(args: Args) -> Result<()> {
     );
     anyhow::ensure!((0.0..=1.0).contains(&args.min_coverage), "--min-coverage must be in [0, 1]");
     let input = args.input.as_path();
-    let comparisons = match args.source {
-        Source::WinratePandalm => Some(jury_datasets::winrate_pandalm(input)),
-        Source::WinrateLlmbar => Some(jury_datasets::winrate_llmbar(input, &args.strategy, &args.sets)),
-        Source::WinrateHanna => Some(jury_datasets::winrate_hanna(input, &args.anchor)),
-        _ => None,
-    };
-    if matches!(args.source, Source::Pandalm3class) {
-        let jury = jury_datasets::pandalm_three_class(input).with_context(|| format!("reading {}", input.display()))?;
-        return write_class_jury(&args, &jury);
-    }
-    if let Some(comparisons) = comparisons {
-        let comparisons = comparisons.with_context(|| format!("reading {}", args.input.display()))?;
-        return write_comparisons(&args, &comparisons);
-    }
-    let jury = match args.source {
-        Source::SkillaggHalueval => jury_datasets::skillagg_halueval(input, args.dialogues.as_deref()),
-        Source::SkillaggTruthfulqa => jury_datasets::skillagg_truthfulqa(input),
-        Source::Llmjudge => jury_datasets::llmjudge(input, args.labels.as_deref().unwrap_or(input)),
-        Source::TrecdlLlmQrels => jury_datasets::trecdl_llm_qrels(input),
-        Source::TriviaqaJudges => jury_datasets::triviaqa_judges(input, &value_name(args.version)),
-        Source::Judgebench => jury_datasets::judgebench(input),
-        Source::Faithbench => jury_datasets::faithbench(input),
-        Source::Frank => jury_datasets::frank(input, &value_name(args.split)),
-        Source::HumanevalIce => jury_datasets::humaneval_ice(input, &value_name(args.lang)),
-        Source::NqQaEval => jury_datasets::nq_qa_eval(input),
-        Source::SaltCss => jury_datasets::salt_css(input, &value_name(args.task), args.min_coverage),
-        Source::Wmt20Darr => jury_datasets::wmt20_darr(input, &args.lp, args.seed),
-        Source::Llmbar => jury_datasets::llmbar_jury(input),
-        Source::Pandalm => jury_datasets::pandalm(input),
-        Source::CareCivilcomments => jury_datasets::care_civilcomments(input),
-        Source::WinratePandalm | Source::WinrateLlmbar | Source::WinrateHanna | Source::Pandalm3class => {
-            unreachable!("written above")
+    let jury = |read: Result<ReleasedJury, jury_datasets::DatasetError>| read.map(Imported::Jury);
+    let imported = match args.source {
+        Source::SkillaggHalueval => jury(jury_datasets::skillagg_halueval(input, args.dialogues.as_deref())),
+        Source::SkillaggTruthfulqa => jury(jury_datasets::skillagg_truthfulqa(input)),
+        Source::Llmjudge => jury(jury_datasets::llmjudge(input, args.labels.as_deref().unwrap_or(input))),
+        Source::TrecdlLlmQrels => jury(jury_datasets::trecdl_llm_qrels(input)),
+        Source::TriviaqaJudges => jury(jury_datasets::triviaqa_judges(input, &value_name(args.version))),
+        Source::Judgebench => jury(jury_datasets::judgebench(input)),
+        Source::Faithbench => jury(jury_datasets::faithbench(input)),
+        Source::Frank => jury(jury_datasets::frank(input, &value_name(args.split))),
+        Source::HumanevalIce => jury(jury_datasets::humaneval_ice(input, &value_name(args.lang))),
+        Source::NqQaEval => jury(jury_datasets::nq_qa_eval(input)),
+        Source::SaltCss => jury(jury_datasets::salt_css(input, &value_name(args.task), args.min_coverage)),
+        Source::Wmt20Darr => jury(jury_datasets::wmt20_darr(input, &args.lp, args.seed)),
+        Source::Llmbar => jury(jury_datasets::llmbar_jury(input)),
+        Source::Pandalm => jury(jury_datasets::pandalm(input)),
+        Source::CareCivilcomments => jury(jury_datasets::care_civilcomments(input)),
+        Source::Pandalm3class => jury_datasets::pandalm_three_class(input).map(Imported::Classes),
+        Source::WinratePandalm => jury_datasets::winrate_pandalm(input).map(Imported::Comparisons),
+        Source::WinrateLlmbar => {
+            jury_datasets::winrate_llmbar(input, &args.strategy, &args.sets).map(Imported::Comparisons)
         }
+        Source::WinrateHanna => jury_datasets::winrate_hanna(input, &args.anchor).map(Imported::Comparisons),
     }
-    .with_context(|| format!("reading {}", args.input.display()))?;
+    .with_context(|| format!("reading {}", input.display()))?;
+    match imported {
+        Imported::Jury(jury) => write_jury(&args, &jury),
+        Imported::Classes(jury) => write_class_jury(&args, &jury),
+        Imported::Comparisons(comparisons) => write_comparisons(&args, &comparisons),
+    }
+}
+
+/// What a source reads as, each written its own way.
+enum Imported {
+    Jury(ReleasedJury),
+    Classes(jury_datasets::ClassJury),
+    Comparisons(Vec<jury_core::Comparison>),
+}
+
+/// A released jury: judgments.csv, labels.csv and, where the source has the examples,
+/// contexts.csv.
+fn write_jury(args: &Args, jury: &ReleasedJury) -> Result<()> {
     for note in &jury.notes {
         eprintln!("{note}");
     }

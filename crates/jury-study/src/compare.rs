@@ -101,6 +101,8 @@ pub fn compare_runs(runs: &[RunFiles], pairing: &Pairing) -> Result<Vec<Comparis
         .find(|r| r.label == pairing.reference)
         .ok_or_else(|| CompareError::NoReference(pairing.reference.clone()))?;
     let mut rows = Vec::new();
+    // The reference's side of each judge compared with, read once.
+    let mut theirs_by_name: HashMap<&str, Side> = HashMap::new();
     for run in runs {
         for judge in &run.manifest.judges {
             if !pairing.judges.is_empty() && !pairing.judges.contains(&judge.name) {
@@ -121,9 +123,13 @@ pub fn compare_runs(runs: &[RunFiles], pairing: &Pairing) -> Result<Vec<Comparis
                 .find(|j| j.name == ref_name)
                 .ok_or_else(|| no_judge(reference, ref_name, hint))?;
             let ours = Side::of(run, &judge.name).ok_or_else(|| no_judge(run, &judge.name, " in judgments.csv"))?;
-            let theirs =
-                Side::of(reference, ref_name).ok_or_else(|| no_judge(reference, ref_name, " in judgments.csv"))?;
-            rows.push(compare(run, judge, &ours, ref_judge, &theirs));
+            if !theirs_by_name.contains_key(ref_name) {
+                let side =
+                    Side::of(reference, ref_name).ok_or_else(|| no_judge(reference, ref_name, " in judgments.csv"))?;
+                theirs_by_name.insert(ref_name, side);
+            }
+            let theirs = &theirs_by_name[ref_name];
+            rows.push(compare(run, judge, &ours, ref_judge, theirs));
         }
     }
     if rows.is_empty() {

@@ -44,10 +44,9 @@ pub fn winrate_pandalm(dir: &Path) -> Result<Vec<Comparison>, DatasetError> {
         let Some((g0, g1)) = key.split_once('_') else {
             return Err(fail(&tests_path, format!("idx {idx}: cmp_key `{key}` is not a_b")));
         };
-        let votes: Vec<Value> = ["annotator1", "annotator2", "annotator3"].iter().map(|a| t[*a].clone()).collect();
-        let majority = votes.iter().find(|v| votes.iter().filter(|w| w == v).count() >= 2);
+        let majority = super::pairwise::annotator_majority(t).flatten();
         let majority = majority.ok_or_else(|| fail(&tests_path, format!("idx {idx}: no human majority")))?;
-        out.push(row(idx, g0, g1, "human", one_or_two(&text(majority))));
+        out.push(row(idx, g0, g1, "human", one_or_two(&majority.to_string())));
         for (who, verdicts) in [("gpt-3.5-turbo", &gpt), ("pandalm-7b", &panda)] {
             let verdict =
                 verdicts.get(&idx).ok_or_else(|| fail(&tests_path, format!("idx {idx}: no {who} verdict")))?;

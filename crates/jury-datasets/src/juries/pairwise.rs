@@ -165,6 +165,15 @@ pub(super) fn pandalm_verdicts(input: &Path) -> Result<(Verdicts, Verdicts), Dat
     Ok((read("gpt-3.5-turbo-testset-v1.json", "gpt_result")?, read("pandalm-7b-testset-v1.json", "pandalm_result")?))
 }
 
+/// The verdict at least two of a PandaLM item's three annotators give (0 a tie, 1 or 2
+/// the better response): `None` when an annotator's verdict is not an integer,
+/// `Some(None)` when no two agree.
+pub(super) fn annotator_majority(t: &Value) -> Option<Option<i64>> {
+    let votes: Vec<i64> =
+        ["annotator1", "annotator2", "annotator3"].iter().map(|a| t.get(*a)?.as_i64()).collect::<Option<_>>()?;
+    Some(votes.iter().copied().find(|v| votes.iter().filter(|w| *w == v).count() >= 2))
+}
+
 /// PandaLM's test set: GPT-3.5-turbo's and PandaLM-7B's verdicts on the pairs where at
 /// least two of the three annotators agree on a winner (a tie left out); the label is
 /// response 1 better.
@@ -174,20 +183,10 @@ pub fn pandalm(input: &Path) -> Result<ReleasedJury, DatasetError> {
     let tests = json(&tests_path)?;
     let mut b = Builder::default();
     for t in tests.as_array().ok_or_else(|| fail(&tests_path, "not a JSON array"))? {
-        let (Some(idx), Some(votes)) = (
-            t.get("idx").and_then(Value::as_i64),
-            ["annotator1", "annotator2", "annotator3"]
-                .iter()
-                .map(|a| t.get(*a)?.as_i64())
-                .collect::<Option<Vec<i64>>>(),
-        ) else {
+        let (Some(idx), Some(majority)) = (t.get("idx").and_then(Value::as_i64), annotator_majority(t)) else {
             return Err(fail(&tests_path, "a row without idx or an annotator"));
         };
-        let count = |v: i64| votes.iter().filter(|x| **x == v).count();
-        let Some(top) = votes.iter().copied().find(|v| count(*v) >= 2) else { continue };
-        if top == 0 {
-            continue;
-        }
+        let Some(top) = majority.filter(|v| *v != 0) else { continue };
         let ex = format!("pandalm-{idx:04}");
         b.labels.insert(ex.clone(), usize::from(top == 1));
         for (judge, verdict) in [("gpt-3.5-turbo", gpt.get(&idx)), ("pandalm-7b", panda.get(&idx))] {
@@ -223,10 +222,7 @@ pub fn pandalm_three_class(input: &Path) -> Result<ClassJury, DatasetError> {
     let mut jury = ClassJury { n_classes: 3, judgments: Vec::new(), labels: Vec::new(), contexts: Vec::new() };
     for t in tests.as_array().ok_or_else(|| fail(&tests_path, "not a JSON array"))? {
         let idx = t.get("idx").and_then(Value::as_i64).ok_or_else(|| fail(&tests_path, "a row without idx"))?;
-        let votes: Vec<Option<i64>> =
-            ["annotator1", "annotator2", "annotator3"].iter().map(|a| t[*a].as_i64()).collect();
-        let label = votes.iter().flatten().find(|v| votes.iter().filter(|w| **w == Some(**v)).count() >= 2);
-        let label = label.and_then(|l| usize::try_from(*l).ok()).filter(|l| *l < 3);
+        let label = annotator_majority(t).flatten().and_then(|l| usize::try_from(l).ok()).filter(|l| *l < 3);
         let label =
             label.ok_or_else(|| fail(&tests_path, format!("idx {idx}: no annotator majority among 0, 1, 2")))?;
         let ex = format!("pandalm-{idx}");

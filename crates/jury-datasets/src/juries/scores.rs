@@ -590,15 +590,14 @@ pub fn care_civilcomments(input: &Path) -> Result<ReleasedJury, DatasetError> {
         for r in delimited(&path, b',')?.1 {
             let n = index.get(r.get("text").map_or("", String::as_str));
             let v = first_number(r.get("parsed_output").map_or("", String::as_str));
-            match (n, v) {
+            match (n, v.filter(|v| (0.0..=9.0).contains(v))) {
                 (None, _) => unknown += 1,
-                (Some(_), v) if !v.is_some_and(|v| (0.0..=9.0).contains(&v)) => unread += 1,
+                (Some(_), None) => unread += 1,
                 (Some(&n), Some(v)) => {
                     if seen.insert(n) {
                         b.vote(&format!("civil-{n:04}"), name, format!("{:.6}", v / 9.0).parse().unwrap_or(v / 9.0));
                     }
                 }
-                (Some(_), None) => unread += 1,
             }
         }
         if unknown > 0 {
