@@ -31,7 +31,7 @@ def free_port():
 
 def start_server():
     port = free_port()
-    proc = subprocess.Popen([server_bin, "-m", gguf, "-t", "1", "-tb", "1", "-np", "1", "-c", "4096", "-fa", "off",
+    proc = subprocess.Popen([server_bin, "-m", gguf, "-t", "1", "-tb", "1", "-np", "1", "-c", "4096", "-fa", "off", "-dev", "none",
                              "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120

@@ -87,8 +87,9 @@ fn start(mut cmd: Command, name: &'static str, log: &str, port: u16, ready: &str
 }
 
 /// llama.cpp's llama-server on `gguf` with `threads` threads and `slots` parallel
-/// sequences. Flash attention off: with it on, probabilities shift by a few hundredths
-/// from other engines' (seen here: P(Yes) 0.439 against 0.477).
+/// sequences, on the CPU (the prebuilt server also has a Vulkan backend). Flash attention
+/// off: with it on, probabilities shift by a few hundredths from other engines' (seen
+/// here: P(Yes) 0.439 against 0.477).
 pub(crate) fn llama_server(gguf: &Path, threads: usize, slots: usize) -> Server {
     llama_server_with(gguf, threads, slots, &[])
 }
@@ -101,6 +102,7 @@ pub(crate) fn llama_server_with(gguf: &Path, threads: usize, slots: usize, extra
     let mut cmd = Command::new(&bin);
     cmd.args(["-m", &gguf.to_string_lossy(), "-t", &threads.to_string(), "-tb", &threads.to_string()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string(), "-fa", "off", "-c", &(4096 * slots).to_string()])
+        .args(["--device", "none"])
         .args(["-np", &slots.to_string()])
         .args(extra);
     start(cmd, "llama-server", "llama-server", port, "/health", Duration::from_secs(120))
