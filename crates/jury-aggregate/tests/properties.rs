@@ -82,6 +82,18 @@ fn close(a: &Aggregation, b: &Aggregation, tol: f64) -> bool {
     a.posteriors().rows().zip(b.posteriors().rows()).all(|(x, y)| x.iter().zip(y).all(|(p, q)| (p - q).abs() < tol))
 }
 
+/// The same label wherever `a`'s top class leads the next by more than 0.1.
+fn clear_labels_agree(a: &Aggregation, b: &Aggregation, name: &str) -> Result<(), TestCaseError> {
+    for (n, row) in a.posteriors().rows().enumerate() {
+        let top = row.iter().copied().fold(0.0, f64::max);
+        let second = row.iter().copied().filter(|&x| x < top).fold(0.0, f64::max);
+        if top - second > 0.1 {
+            prop_assert_eq!(a.labels()[n], b.labels()[n], "{} example {}", name, n);
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -113,23 +125,32 @@ proptest! {
         // start is order-free. Where the likelihood has a flat ridge (a learned class prior
         // on a tiny jury), rounding in the order of sums moves the stopping point along it
         // by up to about 1e-8 in a posterior (a saved case: 7.8e-9); an order-dependent
-        // fit would differ by far more.
+        // fit would differ by far more. Where the start is a saddle of the likelihood (a
+        // three-example jury whose start splits two classes evenly), rounding decides which
+        // way EM leaves it: two saved cases reached label-swapped optima of the same
+        // likelihood, or were still leaving it at iteration 50 (posteriors 0.915 and 0.927).
+        // There the fits must reach the same likelihood, or, unconverged, the same clear
+        // labels.
         for m in methods().into_iter().take(4) {
-            prop_assert!(close(&m.aggregate(&j).unwrap(), &m.aggregate(&p).unwrap(), 1e-6), "{}", m.name());
+            let (a, b) = (m.aggregate(&j).unwrap(), m.aggregate(&p).unwrap());
+            if close(&a, &b, 1e-6) {
+                continue;
+            }
+            match (a.diagnostics(), b.diagnostics()) {
+                (Diagnostics::DawidSkene(ra), Diagnostics::DawidSkene(rb)) if ra.converged && rb.converged => {
+                    let (la, lb) = (ra.log_likelihood.last().unwrap(), rb.log_likelihood.last().unwrap());
+                    prop_assert!((la - lb).abs() < 1e-6 * la.abs().max(1.0), "{}: {} against {}", m.name(), la, lb);
+                }
+                (Diagnostics::DawidSkene(_), Diagnostics::DawidSkene(_)) => clear_labels_agree(&a, &b, m.name())?,
+                _ => prop_assert!(false, "{}: posteriors differ with the judges' order", m.name()),
+            }
         }
         // The iterative fits stop on a small gain, and where the likelihood is flat,
         // rounding moves that stop: the same labels wherever the top class is clear.
         let suite = suite(j.n_classes());
         let n_suite = suite.len() - 1;
         for m in suite.into_iter().take(n_suite) {
-            let (a, b) = (m.aggregate(&j).unwrap(), m.aggregate(&p).unwrap());
-            for (n, row) in a.posteriors().rows().enumerate() {
-                let top = row.iter().copied().fold(0.0, f64::max);
-                let second = row.iter().copied().filter(|&x| x < top).fold(0.0, f64::max);
-                if top - second > 0.1 {
-                    prop_assert_eq!(a.labels()[n], b.labels()[n], "{} example {}", m.name(), n);
-                }
-            }
+            clear_labels_agree(&m.aggregate(&j).unwrap(), &m.aggregate(&p).unwrap(), m.name())?;
         }
     }
 
