@@ -127,8 +127,9 @@ proptest! {
         // by up to about 1e-8 in a posterior (a saved case: 7.8e-9); an order-dependent
         // fit would differ by far more. Where the start is a saddle of the likelihood (a
         // three-example jury whose start splits two classes evenly), rounding decides which
-        // way EM leaves it: two saved cases reached label-swapped optima of the same
-        // likelihood, or were still leaving it at iteration 50 (posteriors 0.915 and 0.927).
+        // way EM leaves it: one case (saved) was still leaving it at iteration 50
+        // (posteriors 0.915 and 0.927), another reached label-swapped optima of the same
+        // likelihood.
         // There the fits must reach the same likelihood, or, unconverged, the same clear
         // labels.
         for m in methods().into_iter().take(4) {
