@@ -74,6 +74,93 @@ impl ChatTokenizer {
         })
     }
 
+    /// The tokenizer and chat template a GGUF file carries in its metadata, built as
+    /// mistral.rs 0.8.1 builds them (`gguf_tokenizer.rs`), so that the `candle` engine
+    /// judges the token ids mistral.rs would: byte-level BPE from `tokenizer.ggml.tokens`
+    /// and `merges` with Qwen2's pre-tokenizer rules, every token whose type is not
+    /// normal (1) special, and `tokenizer.chat_template`. Only byte-level BPE (`gpt2`)
+    /// files: others need a tokenizer folder.
+    pub(crate) fn from_gguf(
+        path: &Path,
+        ct: &candle_core::quantized::gguf_file::Content,
+    ) -> Result<Self, ChatTokenizerError> {
+        use tokenizers::AddedToken;
+        use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+        use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+        use tokenizers::tokenizer::normalizer::SplitDelimiterBehavior;
+        let err = |reason: String| ChatTokenizerError { path: path.to_owned(), reason };
+        let md = &ct.metadata;
+        let text = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
+        let list = |k: &str| -> Result<Vec<String>, ChatTokenizerError> {
+            let v = md.get(k).ok_or_else(|| err(format!("no `{k}` in the file's metadata")))?;
+            let v = v.to_vec().map_err(|e| err(format!("`{k}`: {e}")))?;
+            v.iter().map(|t| t.to_string().cloned().map_err(|e| err(format!("`{k}`: {e}")))).collect()
+        };
+        let id = |k: &str| md.get(k).and_then(|v| v.to_u32().ok()).map(|i| i as usize);
+        match text("tokenizer.ggml.model").as_deref() {
+            Some("gpt2") => {}
+            other => {
+                return Err(err(format!(
+                    "tokenizer model `{}`: the candle engine builds byte-level BPE (`gpt2`) tokenizers only; give the judge a `tokenizer` folder",
+                    other.unwrap_or("none")
+                )));
+            }
+        }
+        let tokens = list("tokenizer.ggml.tokens")?;
+        let merges = list("tokenizer.ggml.merges")?
+            .into_iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                    .ok_or_else(|| err(format!("merge `{m}` is not two tokens")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut vocab = tokenizers::models::bpe::Vocab::default();
+        for (i, t) in tokens.iter().enumerate() {
+            vocab.insert(t.clone(), i as u32);
+        }
+        let named = |k: &str| id(k).and_then(|i| tokens.get(i)).cloned();
+        let (bos, eos, unk) = (
+            named("tokenizer.ggml.bos_token_id"),
+            named("tokenizer.ggml.eos_token_id"),
+            named("tokenizer.ggml.unknown_token_id"),
+        );
+        let mut bpe = tokenizers::models::bpe::BPE::builder().vocab_and_merges(vocab, merges);
+        if let Some(u) = &unk {
+            bpe = bpe.unk_token(u.clone());
+        }
+        let bpe = bpe.build().map_err(|e| err(format!("BPE: {e}")))?;
+        let mut tokenizer = tokenizers::Tokenizer::new(bpe);
+        let split = Split::new(SplitPattern::Regex(QWEN2_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| err(format!("pre-tokenizer: {e}")))?;
+        tokenizer.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::sequence::Sequence::new(vec![
+            PreTokenizerWrapper::Split(split),
+            PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)),
+        ])));
+        tokenizer.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::new(false, false, false)));
+        tokenizer.with_post_processor(Some(tokenizers::processors::byte_level::ByteLevel::new(false, false, false)));
+        let mut special: Vec<AddedToken> =
+            [&bos, &eos, &unk].into_iter().flatten().map(|t| AddedToken::from(t.clone(), true)).collect();
+        if let Some(types) = md.get("tokenizer.ggml.token_type").and_then(|v| v.to_vec().ok())
+            && types.len() == tokens.len()
+        {
+            special.extend(
+                types
+                    .iter()
+                    .zip(&tokens)
+                    .filter(|(t, _)| t.to_i32().ok() != Some(1))
+                    .map(|(_, tok)| AddedToken::from(tok.clone(), true)),
+            );
+        }
+        tokenizer.add_special_tokens(&special);
+        let template = text("tokenizer.chat_template").ok_or_else(|| {
+            err("no `tokenizer.chat_template` in the file's metadata; give the judge a `tokenizer` folder".into())
+        })?;
+        let env = environment(&template).map_err(err)?;
+        Ok(Self { dir: path.to_owned(), tokenizer, env, bos, eos, unk })
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -114,6 +201,11 @@ impl ChatTokenizer {
         Ok(self.tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?.get_ids().to_vec())
     }
 }
+
+/// mistral.rs 0.8.1's split of text into pre-tokens for every byte-level BPE tokenizer
+/// it builds from a GGUF file (Qwen2's rules, whatever `tokenizer.ggml.pre` says).
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The template environment with mistral.rs's settings and helpers.
 fn environment(template: &str) -> Result<Environment<'static>, String> {
@@ -174,5 +266,45 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let e = ChatTokenizer::load(empty.path()).err().unwrap();
         assert!(e.to_string().contains("tokenizer.json"), "{e}");
+    }
+
+    /// A byte-level BPE tokenizer and chat template from GGUF metadata: merges apply,
+    /// special tokens (type 3) stay whole inside rendered text, and a file with another
+    /// tokenizer model is refused with a way out.
+    #[test]
+    fn a_gguf_files_own_tokenizer_and_template() {
+        use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
+        let strings = |v: &[&str]| Value::Array(v.iter().map(|s| Value::String((*s).into())).collect());
+        let tokens = ["a", "b", "ab", "\u{0120}", "\u{0120}a", "<|im_start|>", "<|im_end|>", "Y"];
+        let mut metadata = std::collections::HashMap::from([
+            ("tokenizer.ggml.model".to_owned(), Value::String("gpt2".into())),
+            ("tokenizer.ggml.tokens".to_owned(), strings(&tokens)),
+            ("tokenizer.ggml.merges".to_owned(), strings(&["a b", "\u{0120} a"])),
+            (
+                "tokenizer.ggml.token_type".to_owned(),
+                Value::Array([1, 1, 1, 1, 1, 3, 3, 1].iter().map(|t| Value::I32(*t)).collect()),
+            ),
+            ("tokenizer.ggml.eos_token_id".to_owned(), Value::U32(6)),
+            (
+                "tokenizer.chat_template".to_owned(),
+                Value::String("{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}".into()),
+            ),
+        ]);
+        let content = |metadata| Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: Default::default(),
+            tensor_data_offset: 0,
+        };
+        let path = Path::new("judge.gguf");
+        let tok = ChatTokenizer::from_gguf(path, &content(metadata.clone())).unwrap();
+        assert_eq!(tok.encode_text("ab a").unwrap(), vec![2, 4]);
+        let text = tok.render("a", "ba").unwrap();
+        assert_eq!(text, "<|im_start|>a<|im_end|><|im_start|>ba<|im_end|>");
+        assert_eq!(tok.encode_prompt(&text).unwrap(), vec![5, 0, 6, 5, 1, 0, 6]);
+        assert_eq!(tok.eos.as_deref(), Some("<|im_end|>"));
+        metadata.insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
+        let e = ChatTokenizer::from_gguf(path, &content(metadata)).err().unwrap().to_string();
+        assert!(e.starts_with("judge.gguf: tokenizer model `llama`") && e.contains("`tokenizer` folder"), "{e}");
     }
 }

@@ -1,11 +1,12 @@
-//! LLM judges: in process through mistral.rs, or on OpenAI-compatible inference
-//! servers over HTTP. Renders a task's prompt with the model's own chat template,
-//! appends the forced answer prefix, and reads the verdict tokens' probabilities from
-//! the next-token distribution. The only crate that knows mistralrs.
+//! LLM judges: in process (through mistral.rs, or jury's own llama-family decoder on
+//! candle), or on OpenAI-compatible inference servers over HTTP. Renders a task's prompt
+//! with the model's own chat template, appends the forced answer prefix, and reads the
+//! verdict tokens' probabilities from the next-token distribution. The only crate that
+//! knows mistralrs (the `mistralrs` feature, on by default).
 //!
 //! Invariants:
 //! - in process, probabilities come from our own softmax over the full vocabulary at the
-//!   last position, read by a per-request logits processor (mistral.rs's built-in
+//!   last position (under mistral.rs read by a per-request logits processor: its built-in
 //!   logprobs are log10 and, under greedy sampling, the log of the raw logit rather than a
 //!   probability: read in mistralrs-core 0.8.1's sampler);
 //! - the exact token sequence is ours (`CompletionTokens` in process, a token-id prompt
@@ -16,9 +17,13 @@
 //! - an API key is never printed, serialised or put in an error.
 
 mod backend;
+mod candle_engine;
 mod chat;
+mod decoder;
 mod judge;
 mod logprobs;
+#[cfg(feature = "mistralrs")]
+mod mistralrs_engine;
 mod pool;
 mod render;
 mod server;
@@ -29,8 +34,8 @@ mod testutil;
 pub use backend::{AnyJudge, Prompt};
 pub use chat::{ChatTokenizer, ChatTokenizerError};
 pub use judge::{
-    EXTRACTION_RULE, Judge, JudgeConfig, JudgeDevice, JudgePrecision, ModelSource, PREFIX_CACHE_ENTRIES, Verdict,
-    gguf_problem, local_model_dir, runtime_conflict, verdict_from_logits,
+    EXTRACTION_RULE, Judge, JudgeConfig, JudgeDevice, JudgePrecision, LocalEngine, ModelSource, PREFIX_CACHE_ENTRIES,
+    Verdict, engine_problem, gguf_problem, local_model_dir, runtime_conflict, verdict_from_logits,
 };
 pub use pool::{ApiKey, PoolConfig, display_url, parse_base_url, without_password};
 pub use server::{

@@ -280,6 +280,10 @@ pub struct Runtime {
     /// What in-process judges compute in: `auto` (f32 on a CPU, bf16 on a GPU that has
     /// it) or `f32` (everywhere: a GPU gives the CPU's verdicts, at a GPU's f32 speed).
     pub precision: jury_judge::JudgePrecision,
+    /// What computes in-process judges: `mistralrs` (every model mistral.rs loads, CPU
+    /// or GPU) or `candle` (jury's decoder for GGUF `llama` and `qwen2` files on the CPU,
+    /// the one a build without the `mistralrs` feature has).
+    pub engine: jury_judge::LocalEngine,
 }
 
 impl Default for Runtime {
@@ -296,6 +300,7 @@ impl Default for Runtime {
             bad_cache_records: jury_cache::OnBadRecord::Recompute,
             device: jury_judge::JudgeDevice::Auto,
             precision: jury_judge::JudgePrecision::Auto,
+            engine: jury_judge::LocalEngine::Mistralrs,
         }
     }
 }
@@ -376,6 +381,14 @@ impl<A> Experiment<A> {
                 judge: j.name.clone(),
                 reason,
             })?;
+            let source = match (&j.server, &j.gguf, &j.model_id) {
+                (None, Some(file), _) => jury_judge::ModelSource::Gguf(file.clone()),
+                (None, None, Some(id)) => jury_judge::ModelSource::Pretrained(id.clone()),
+                _ => continue,
+            };
+            if let Some(reason) = jury_judge::engine_problem(self.runtime.engine, &source) {
+                return Err(ExperimentError::Judge { path: path.to_owned(), judge: j.name.clone(), reason });
+            }
         }
         Ok(())
     }

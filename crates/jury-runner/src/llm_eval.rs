@@ -67,6 +67,12 @@ impl LlmEvaluation {
             tokenizer: cfg.tokenizer.map(Path::to_owned),
             device: jury_judge::JudgeDevice::Auto,
             precision: jury_judge::JudgePrecision::Auto,
+            // mistral.rs where this build has it (the numbers cached so far), else candle.
+            engine: if jury_judge::LocalEngine::Mistralrs.built() {
+                jury_judge::LocalEngine::Mistralrs
+            } else {
+                jury_judge::LocalEngine::Candle
+            },
         };
         let judge = AnyJudge::Local(Box::new(rt.block_on(Judge::load(judge_cfg, template))?));
         if let Some(dir) = cfg.cache.parent() {

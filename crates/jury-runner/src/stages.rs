@@ -114,6 +114,7 @@ fn juror(entry: &JudgeEntry, runtime: &Runtime, template: Template) -> Result<Ju
             tokenizer: entry.tokenizer.clone(),
             device: runtime.device,
             precision: runtime.precision,
+            engine: runtime.engine,
         };
         JudgeSpec::Local { cfg, model_sha256 }
     };

@@ -295,6 +295,80 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
     assert!(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()), "model directory hash {hash}");
 }
 
+/// The candle engine judges what mistral.rs judges: for SmolLM2 (its tokenizer folder)
+/// and Qwen2.5-Coder-0.5B (the GGUF file's own tokenizer and chat template, built by
+/// each engine), the same token sequences, and verdicts within 1e-3, with the prefix
+/// cache on; each run's manifest names its engine (part of every cache key).
+#[test]
+fn the_candle_engine_judges_what_mistralrs_judges() {
+    let root = repo_root();
+    let qwen = root.join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let hf = root.join("models/smollm2-135m-hf");
+    assert!(qwen.is_file() && hf.is_dir(), "run scripts/fetch-judges.sh --small");
+    type Rows = std::collections::BTreeMap<(String, String), (f64, f64, String)>;
+    let mut runs: Vec<(Rows, Value)> = Vec::new();
+    for engine in ["mistralrs", "candle"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("exp.yaml");
+        fs::write(
+            &cfg,
+            format!(
+                "name: e2e\n\
+                 dataset: {{name: demo-facts, path: {data}, limit: 8, seed: 5}}\n\
+                 prompt: {prompt}\n\
+                 judges:\n  - name: smollm2\n    gguf: {smollm}\n    tokenizer: {hf}\n  - name: qwen\n    gguf: {qwen}\n\
+                 runtime: {{engine: {engine}, dequantize: true, max_concurrency: 1, prefix_cache: true, dump_prompts: true, max_prompt_tokens: 1024}}\n\
+                 output: {out}\n",
+                data = root.join("datasets/demo-facts.csv").display(),
+                prompt = root.join("prompts/demo-facts.yaml").display(),
+                smollm = smollm().display(),
+                hf = hf.display(),
+                qwen = qwen.display(),
+                out = dir.path().join("out").display(),
+            ),
+        )
+        .unwrap();
+        let out = jury(&["run", cfg.to_str().unwrap()]);
+        assert!(out.status.success(), "{engine}: {}", String::from_utf8_lossy(&out.stderr));
+        let tokens: std::collections::BTreeMap<(String, String), String> = lines(&dir.path().join("out/prompts.jsonl"))
+            .iter()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let key = (v["judge"].as_str().unwrap().to_owned(), v["example_id"].as_str().unwrap().to_owned());
+                (key, v["tokens"].to_string())
+            })
+            .collect();
+        let rows = lines(&dir.path().join("out/judgments.csv"))[1..]
+            .iter()
+            .map(|r| {
+                let f: Vec<&str> = r.split(',').collect();
+                let key = (f[1].to_owned(), f[0].to_owned());
+                let toks = tokens[&key].clone();
+                (key, (f[2].parse().unwrap(), f[6].parse().unwrap(), toks))
+            })
+            .collect();
+        let m: Value =
+            serde_json::from_str(&fs::read_to_string(dir.path().join("out/manifest.json")).unwrap()).unwrap();
+        runs.push((rows, m));
+    }
+    let ((mistral, m_manifest), (candle, c_manifest)) = (&runs[0], &runs[1]);
+    assert_eq!(mistral.len(), 16);
+    assert_eq!(mistral.keys().collect::<Vec<_>>(), candle.keys().collect::<Vec<_>>());
+    let mut worst = 0f64;
+    for (key, (y, mass, toks)) in mistral {
+        let (cy, cmass, ctoks) = &candle[key];
+        assert_eq!(toks, ctoks, "{key:?}: another token sequence");
+        worst = worst.max((y - cy).abs()).max((mass - cmass).abs());
+    }
+    assert!(worst < 1e-3, "verdicts differ by up to {worst}");
+    for (judge, _) in m_manifest["judges"].as_array().unwrap().iter().zip(c_manifest["judges"].as_array().unwrap()) {
+        let engine = judge["engine"].as_str().unwrap();
+        assert!(engine.starts_with("mistralrs"), "{engine}");
+    }
+    let engine = c_manifest["judges"][1]["engine"].as_str().unwrap();
+    assert!(engine.starts_with("jury's candle decoder (Qwen2"), "{engine}");
+}
+
 /// Results with mistral.rs's prefix cache (36 judgments, more than the entries it keeps,
 /// so it evicts) are those of a run without it (two requests in flight); the cache with
 /// batching is refused up front.
