@@ -19,6 +19,7 @@
 mod backend;
 mod candle_engine;
 mod chat;
+mod config;
 mod decoder;
 mod judge;
 mod logprobs;
@@ -33,10 +34,11 @@ mod testutil;
 
 pub use backend::{AnyJudge, Prompt};
 pub use chat::{ChatTokenizer, ChatTokenizerError};
-pub use judge::{
-    EXTRACTION_RULE, Judge, JudgeConfig, JudgeDevice, JudgePrecision, LocalEngine, ModelSource, PREFIX_CACHE_ENTRIES,
-    Verdict, engine_problem, gguf_problem, local_model_dir, runtime_conflict, verdict_from_logits,
+pub use config::{
+    JudgeConfig, JudgeDevice, JudgePrecision, LocalEngine, ModelSource, PREFIX_CACHE_ENTRIES, engine_problem,
+    gguf_problem, local_model_dir, runtime_conflict,
 };
+pub use judge::{EXTRACTION_RULE, Judge, Verdict, verdict_from_logits};
 pub use pool::{ApiKey, PoolConfig, display_url, parse_base_url, without_password};
 pub use server::{
     ServerEngine, ServerJudge, ServerJudgeConfig, ServerMode, check_budget_with_tokenizer, prompt_lengths,

@@ -12,8 +12,7 @@ use mistralrs::{
     TextModelBuilder,
 };
 
-use crate::judge::resolve_model_id;
-use crate::{JudgeConfig, JudgeDevice, JudgePrecision, ModelSource, PREFIX_CACHE_ENTRIES};
+use crate::config::{JudgeConfig, JudgeDevice, JudgePrecision, ModelSource, PREFIX_CACHE_ENTRIES, resolve_model_id};
 
 /// The device a judge with this setting runs on.
 fn pick_device(wanted: JudgeDevice) -> anyhow::Result<mistralrs::Device> {

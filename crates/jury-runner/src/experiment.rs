@@ -608,6 +608,29 @@ mod tests {
     }
 
     #[test]
+    fn the_engine_is_checked_against_the_build_and_the_judges_sources() {
+        let judges = "judges:\n  - {name: a, model_id: m}\n";
+        let exp = parse(&format!("{HEAD}{judges}")).map(|e| e.runtime.engine);
+        // mistral.rs is the default engine: a build without it says so, naming the judge.
+        match exp {
+            Ok(engine) => {
+                assert!(jury_judge::LocalEngine::Mistralrs.built() && engine == jury_judge::LocalEngine::Mistralrs)
+            }
+            Err(e) => assert!(e.to_string().contains("judge `a`") && e.to_string().contains("engine: candle"), "{e}"),
+        }
+        let e = parse(&format!("{HEAD}{judges}runtime: {{engine: candle}}\n")).unwrap_err().to_string();
+        assert!(e.contains("judge `a`") && e.contains("GGUF files only"), "{e}");
+        // A GGUF judge (checked before its file is looked for) and a server judge.
+        let gguf =
+            "judges:\n  - {name: g, gguf: j.gguf}\n  - {name: s, server: {base_urls: ['http://h:1/v1'], model: m}}\n";
+        let ok: Exp = serde_yaml::from_str(&format!("{HEAD}{gguf}runtime: {{engine: candle}}\n")).unwrap();
+        ok.check_all_but_presence(Path::new("x.yaml")).unwrap();
+        assert_eq!(ok.runtime.engine, jury_judge::LocalEngine::Candle);
+        let e = parse(&format!("{HEAD}{gguf}runtime: {{engine: llamacpp}}\n")).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `llamacpp`") && e.contains("candle"), "{e}");
+    }
+
+    #[test]
     fn adaptive_settings_are_checked_before_anything_loads() {
         let judges = "judges:\n  - {name: a, model_id: m, cost: 2}\n  - {name: b, model_id: n}\n";
         let ok = parse(&format!("{HEAD}{judges}adaptive: {{target: 0.9}}\n")).unwrap();

@@ -389,3 +389,82 @@ fn every_document_stays_under_450_lines() {
     }
     assert!(long.is_empty(), "{long:?}");
 }
+
+/// `cargo`'s unit graph of a build (`--unit-graph`, unstable: allowed here through
+/// `RUSTC_BOOTSTRAP`, which reaches only this resolution, never a compiler run).
+fn unit_graph(args: &[&str]) -> Vec<Value> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(args)
+        .args(["--offline", "--unit-graph", "-Z", "unstable-options"])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let graph: Value = serde_json::from_slice(&out.stdout).unwrap();
+    graph["units"].as_array().unwrap().clone()
+}
+
+/// Each unit's identity as cargo's artifact reuse sees it, hashed: package, target,
+/// mode, features, profile (but its name: `dev` for a build, `test` for a test build,
+/// the same settings) and platform, and the identities of its dependencies.
+fn unit_identities(units: &[Value]) -> Vec<u64> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    fn identity(units: &[Value], i: usize, memo: &mut Vec<Option<u64>>) -> u64 {
+        if let Some(id) = memo[i] {
+            return id;
+        }
+        let u = &units[i];
+        let mut profile = u["profile"].clone();
+        profile.as_object_mut().unwrap().remove("name");
+        let mut deps: Vec<u64> = u["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| identity(units, d["index"].as_u64().unwrap() as usize, memo))
+            .collect();
+        deps.sort();
+        let mut h = DefaultHasher::new();
+        serde_json::json!([u["pkg_id"], u["target"]["name"], u["mode"], u["features"], profile, u["platform"]])
+            .to_string()
+            .hash(&mut h);
+        deps.hash(&mut h);
+        memo[i] = Some(h.finish());
+        h.finish()
+    }
+    let mut memo = vec![None; units.len()];
+    (0..units.len()).map(|i| identity(units, i, &mut memo)).collect()
+}
+
+/// `scripts/demo` builds `jury` without mistral.rs, and the README's second command
+/// (`cargo test --workspace`) must start from that build: every unit the demo compiles
+/// is one the test build links, with the same features and dependencies, except the
+/// crates whose `mistralrs` feature differs (jury-judge, jury-runner, jury-cli and the
+/// `jury` program). A dependency feature that only the test build turns on would
+/// compile that crate, and everything above it, twice; jury-judge's Cargo.toml declares
+/// them.
+#[test]
+fn the_tests_build_on_everything_the_demo_builds() {
+    let demo = std::fs::read_to_string(root().join("scripts/demo")).unwrap();
+    let line = demo.lines().find(|l| l.starts_with("step \"build\" cargo build")).expect("scripts/demo's build step");
+    let args: Vec<&str> = line.split_whitespace().skip(3).filter(|a| *a != "-q").collect();
+    let demo_units = unit_graph(&args);
+    let test_units = unit_graph(&["test", "--workspace", "--no-run"]);
+    let shared: BTreeSet<u64> = unit_identities(&test_units).into_iter().collect();
+    let mut rebuilt: BTreeSet<String> = BTreeSet::new();
+    for (u, id) in demo_units.iter().zip(unit_identities(&demo_units)) {
+        if !shared.contains(&id) {
+            rebuilt.insert(format!(
+                "{} {}",
+                u["pkg_id"].as_str().unwrap().rsplit('/').next().unwrap(),
+                u["target"]["name"]
+            ));
+        }
+    }
+    let allowed = ["jury-judge", "jury-runner", "jury-cli"];
+    let unexpected: Vec<&String> =
+        rebuilt.iter().filter(|u| !allowed.iter().any(|c| u.starts_with(&format!("{c}#")))).collect();
+    assert!(unexpected.is_empty(), "units of scripts/demo's build the test build compiles again: {unexpected:?}");
+    assert!(!rebuilt.is_empty(), "the demo's build should differ from the tests' in jury-judge's `mistralrs` feature");
+}
