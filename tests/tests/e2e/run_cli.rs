@@ -297,7 +297,7 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
 
 /// The candle engine judges what mistral.rs judges: for SmolLM2 (its tokenizer folder)
 /// and Qwen2.5-Coder-0.5B (the GGUF file's own tokenizer and chat template, built by
-/// each engine), the same token sequences, and verdicts within 1e-3, with the prefix
+/// each engine), the same token sequences, and verdicts within 1e-4 (the demo's 120 are bit for bit the same), with the prefix
 /// cache on; each run's manifest names its engine (part of every cache key).
 #[test]
 fn the_candle_engine_judges_what_mistralrs_judges() {
@@ -360,7 +360,7 @@ fn the_candle_engine_judges_what_mistralrs_judges() {
         assert_eq!(toks, ctoks, "{key:?}: another token sequence");
         worst = worst.max((y - cy).abs()).max((mass - cmass).abs());
     }
-    assert!(worst < 1e-3, "verdicts differ by up to {worst}");
+    assert!(worst < 1e-4, "verdicts differ by up to {worst}");
     for (judge, _) in m_manifest["judges"].as_array().unwrap().iter().zip(c_manifest["judges"].as_array().unwrap()) {
         let engine = judge["engine"].as_str().unwrap();
         assert!(engine.starts_with("mistralrs"), "{engine}");
