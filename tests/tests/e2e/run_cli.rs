@@ -297,8 +297,9 @@ fn safetensors_judge_from_a_hub_layout_matches_the_gguf_judge() {
 
 /// The candle engine judges what mistral.rs judges: for SmolLM2 (its tokenizer folder)
 /// and Qwen2.5-Coder-0.5B (the GGUF file's own tokenizer and chat template, built by
-/// each engine), the same token sequences, and verdicts within 1e-4 (the demo's 120 are bit for bit the same), with the prefix
-/// cache on; each run's manifest names its engine (part of every cache key).
+/// each engine), the same token sequences, and verdicts within 1e-4 (the demo's 120 are
+/// the same bit for bit), with the prefix cache on; each run's manifest names its engine
+/// (part of every cache key).
 #[test]
 fn the_candle_engine_judges_what_mistralrs_judges() {
     let root = repo_root();
