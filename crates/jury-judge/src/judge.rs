@@ -335,10 +335,7 @@ impl Judge {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-    use crate::config::{JudgeDevice, JudgePrecision};
 
     #[test]
     fn verdict_is_a_full_vocabulary_softmax() {
@@ -371,6 +368,9 @@ mod tests {
     #[cfg(feature = "mistralrs")]
     #[test]
     fn hub_cache_layout_resolves_to_the_snapshot_and_loads_locally() {
+        use std::path::PathBuf;
+
+        use crate::config::{JudgeDevice, JudgePrecision};
         let cache = tempfile::tempdir().unwrap();
         let repo = cache.path().join("models--team--tiny-judge");
         std::fs::create_dir_all(repo.join("refs")).unwrap();
