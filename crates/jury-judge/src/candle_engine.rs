@@ -65,11 +65,7 @@ impl CandleEngine {
         let device = Device::Cpu;
         let mut weights = GgufWeights { content: &content, reader, device: &device };
         let model = Model::load(&cfg, &mut weights, &device).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?;
-        let weights = if std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some() {
-            "gguf dequantized to dense"
-        } else {
-            "gguf quantized kernels"
-        };
+        let weights = crate::config::gguf_weights_label();
         let fingerprint = format!(
             "jury's candle decoder ({arch:?}; candle 0.10.2); cpu, f32 activations, attention by candle's matmul; weights {weights}",
             arch = cfg.arch

@@ -162,3 +162,14 @@ pub fn engine_problem(engine: LocalEngine, source: &ModelSource) -> Option<Strin
         _ => None,
     }
 }
+
+/// How a GGUF judge's weights are computed with, for the engine fingerprint: dense f32
+/// when `CANDLE_DEQUANTIZE_ALL` is set (`runtime.dequantize`; candle's `QMatMul` reads it
+/// in either engine), else candle's quantized kernels.
+pub(crate) fn gguf_weights_label() -> &'static str {
+    if std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some() {
+        "gguf dequantized to dense"
+    } else {
+        "gguf quantized kernels"
+    }
+}

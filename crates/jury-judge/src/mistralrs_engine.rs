@@ -12,7 +12,9 @@ use mistralrs::{
     TextModelBuilder,
 };
 
-use crate::config::{JudgeConfig, JudgeDevice, JudgePrecision, ModelSource, PREFIX_CACHE_ENTRIES, resolve_model_id};
+use crate::config::{
+    JudgeConfig, JudgeDevice, JudgePrecision, ModelSource, PREFIX_CACHE_ENTRIES, gguf_weights_label, resolve_model_id,
+};
 
 /// The device a judge with this setting runs on.
 fn pick_device(wanted: JudgeDevice) -> anyhow::Result<mistralrs::Device> {
@@ -43,8 +45,7 @@ fn device_label(on_cpu: bool, precision: JudgePrecision) -> &'static str {
 fn engine_fingerprint(source: &ModelSource, device: &mistralrs::Device, precision: JudgePrecision) -> String {
     let device = device_label(device.is_cpu(), precision);
     let weights = match source {
-        ModelSource::Gguf(_) if std::env::var_os("CANDLE_DEQUANTIZE_ALL").is_some() => "gguf dequantized to dense",
-        ModelSource::Gguf(_) => "gguf quantized kernels",
+        ModelSource::Gguf(_) => gguf_weights_label(),
         ModelSource::Pretrained(_) => "safetensors",
     };
     format!("mistralrs 0.8.1 (candle 0.10.2); {device}; weights {weights}")
