@@ -1,5 +1,5 @@
-//! The calibrated combination: a stack of four simple models of the label, fitted on the
-//! calibration labels with every unlabeled judgment informing two of them.
+//! The calibrated combination: a stack of five simple models of the label, fitted on the
+//! calibration labels with every unlabeled judgment informing three of them.
 //!
 //! Each model gives a linear score over the judges' log-odds and the label-free
 //! posterior's log-odds, so the stack is one linear score too:
@@ -12,12 +12,16 @@
 //!   examples (it needs no labels: the total covariance gives the same direction as the
 //!   within-class one) and whose class-mean difference comes from the labels, alone or
 //!   shrunk toward the label-free posterior's class-mean difference with the weight of
-//!   300 labels.
+//!   300 labels;
+//! - `sparse`: the label-free log-odds (unpenalised) plus the judges' log-odds under an L1
+//!   penalty chosen by cross-validation inside the labels (the labels decide how many
+//!   judges to trust beyond the label-free posterior: none, one, or most of them).
 //!
-//! The stack's weights are a non-negative logistic regression on the four models' 5-fold
+//! The stack's weights are a non-negative logistic regression on the five models' 5-fold
 //! out-of-fold scores on the calibration labels (a super learner): every setting is
 //! chosen inside the calibration set. The candidates and the shrinkage were chosen on
-//! HaluEval-10 and LLMBar (docs/reproduction/calibration.md).
+//! HaluEval-10 and LLMBar; `sparse` joined after the report juries had been seen
+//! (docs/reproduction/calibration.md says how).
 
 use jury_core::Judgments;
 use rand::SeedableRng;
@@ -25,6 +29,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::linalg::{inverse_spd, solve_spd};
+use crate::sparse::{Fit, Problem, penalties};
 use crate::{CalibrationError, Sample};
 
 /// Log-odds are clipped to this probability from 0 and 1 (a hard verdict reads as
@@ -52,6 +57,10 @@ pub struct LogOdds {
     judge_positive: Vec<f64>,
     judge_mean: Vec<f64>,
     label_free_mean: f64,
+    /// Standard deviations over every example of each judge's log-odds and of the
+    /// label-free log-odds: the sparse member's penalty treats the columns on one scale.
+    judge_sd: Vec<f64>,
+    label_free_sd: f64,
 }
 
 impl LogOdds {
@@ -113,7 +122,23 @@ impl LogOdds {
             }
         }
         let label_free_mean = label_free.iter().map(|&z| sigmoid(z)).sum::<f64>() / n as f64;
-        Ok(Self { n, k, x, mean, inv_cov, label_free, label_free_diff, judge_positive, judge_mean, label_free_mean })
+        let judge_sd = (0..k).map(|b| (cov[b * k + b] - 1e-6).max(0.0).sqrt().max(1e-9)).collect();
+        let lf_avg = label_free.iter().sum::<f64>() / n as f64;
+        let label_free_sd = (label_free.iter().map(|z| (z - lf_avg).powi(2)).sum::<f64>() / n as f64).sqrt().max(1e-9);
+        Ok(Self {
+            n,
+            k,
+            x,
+            mean,
+            inv_cov,
+            label_free,
+            label_free_diff,
+            judge_positive,
+            judge_mean,
+            label_free_mean,
+            judge_sd,
+            label_free_sd,
+        })
     }
 
     pub fn n_examples(&self) -> usize {
@@ -196,18 +221,19 @@ impl Linear {
     }
 }
 
-/// The four models the stack combines.
+/// The five models the stack combines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Candidate {
     LabelFree,
     PickedJudge,
     Lda,
     LdaShrunk,
+    Sparse,
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 4] =
-        [Candidate::LabelFree, Candidate::PickedJudge, Candidate::Lda, Candidate::LdaShrunk];
+    pub const ALL: [Candidate; 5] =
+        [Candidate::LabelFree, Candidate::PickedJudge, Candidate::Lda, Candidate::LdaShrunk, Candidate::Sparse];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -215,14 +241,16 @@ impl Candidate {
             Candidate::PickedJudge => "picked-judge",
             Candidate::Lda => "lda",
             Candidate::LdaShrunk => "lda-shrunk",
+            Candidate::Sparse => "sparse",
         }
     }
 
     /// Fits this model on the labeled examples `rows` (indices into `d`), `y` their
-    /// labels and `w` their weights (mean 1).
-    fn fit(self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64]) -> Linear {
+    /// labels and `w` their weights (mean 1); `seed` deals the sparse member's folds.
+    fn fit(self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
         let k = d.k;
         match self {
+            Candidate::Sparse => fit_sparse(d, rows, y, w, seed),
             Candidate::LabelFree => {
                 let s: Vec<f64> = rows.iter().map(|&i| d.label_free[i]).collect();
                 let (a, b) = logistic_1d(&s, y, w);
@@ -260,6 +288,67 @@ impl Candidate {
                 Linear { w: v.iter().map(|v| a * v).collect(), label_free: 0.0, bias: b - a * offset }
             }
         }
+    }
+}
+
+/// Penalties on the sparse member's path: this many, from the smallest that keeps every
+/// judge out down to this share of it.
+const SPARSE_PENALTIES: usize = 15;
+const SPARSE_RATIO: f64 = 0.03;
+
+/// The sparse member: the label-free log-odds (unpenalised) plus the judges' log-odds
+/// under an L1 penalty, all on one scale (divided by their standard deviations over every
+/// example); the penalty minimises the 5-fold (seeded) out-of-fold log-loss on `rows`.
+/// Its largest penalty is the label-free posterior rescaled; its smallest, nearly
+/// logistic regression on every judge; one judge entering alone is the picked judge's
+/// case.
+fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
+    let k = d.k;
+    let row = |i: usize| -> Vec<f64> {
+        let mut r: Vec<f64> = d.row(i).iter().zip(&d.judge_sd).map(|(x, s)| x / s).collect();
+        r.push(d.label_free[i] / d.label_free_sd);
+        r
+    };
+    let z: Vec<Vec<f64>> = rows.iter().map(|&i| row(i)).collect();
+    let mut penalised = vec![true; k + 1];
+    penalised[k] = false;
+    let all = Problem { z: &z, y, w, penalised: &penalised };
+    let lambdas = penalties(all.lambda_max(), SPARSE_RATIO, SPARSE_PENALTIES);
+    let m = rows.len();
+    let folds = fold_of(m, seed);
+    // Each fold's mean out-of-fold log-loss at each penalty.
+    let mut fold_loss = vec![vec![0.0; lambdas.len()]; FOLDS.min(m)];
+    for (f, fl) in fold_loss.iter_mut().enumerate() {
+        let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
+        let pick_rows = |which: &[usize]| -> (Vec<Vec<f64>>, Vec<f64>, Vec<f64>) {
+            (
+                which.iter().map(|&r| z[r].clone()).collect(),
+                which.iter().map(|&r| y[r]).collect(),
+                which.iter().map(|&r| w[r]).collect(),
+            )
+        };
+        let (tz, ty, tw) = pick_rows(&train);
+        let path = Problem { z: &tz, y: &ty, w: &tw, penalised: &penalised }.path(&lambdas);
+        let weight: f64 = test.iter().map(|&r| w[r]).sum::<f64>().max(1e-300);
+        for (l, fit) in path.iter().enumerate() {
+            fl[l] = test
+                .iter()
+                .map(|&r| {
+                    let s = fit.score(&z[r]);
+                    w[r] * (softplus(s) - y[r] * s)
+                })
+                .sum::<f64>()
+                / weight;
+        }
+    }
+    let nf = fold_loss.len() as f64;
+    let mean: Vec<f64> = (0..lambdas.len()).map(|l| fold_loss.iter().map(|f| f[l]).sum::<f64>() / nf).collect();
+    let best = mean.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(l, _)| l);
+    let fit = all.path(&lambdas[..=best]).pop().unwrap_or(Fit { beta: vec![0.0; k + 1], intercept: 0.0 });
+    Linear {
+        w: fit.beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| b / s).collect(),
+        label_free: fit.beta[k] / d.label_free_sd,
+        bias: fit.intercept,
     }
 }
 
@@ -406,7 +495,7 @@ impl Calibrated {
             let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
             let (tr, ty, tw) = pick(rows, y, w, &train);
             for (c, cand) in Candidate::ALL.iter().enumerate() {
-                let lin = cand.fit(d, &tr, &ty, &tw);
+                let lin = cand.fit(d, &tr, &ty, &tw, seed);
                 (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
             }
         }
@@ -415,7 +504,7 @@ impl Calibrated {
         let mut stack = Vec::with_capacity(Candidate::ALL.len());
         for (c, cand) in Candidate::ALL.iter().enumerate() {
             if beta[c] > 0.0 {
-                model.add_scaled(&cand.fit(d, rows, y, w), beta[c]);
+                model.add_scaled(&cand.fit(d, rows, y, w, seed), beta[c]);
             }
             stack.push((*cand, beta[c]));
         }

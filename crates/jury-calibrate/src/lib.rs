@@ -15,6 +15,7 @@ mod plan;
 mod rates;
 mod replay;
 mod sample;
+mod sparse;
 
 pub use fit::{Calibrated, Candidate, LogOdds, logistic_baseline, picked_judge};
 pub use plan::{Planned, plan_labels, uniform_sample};
