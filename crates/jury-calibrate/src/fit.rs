@@ -591,6 +591,21 @@ mod tests {
     }
 
     #[test]
+    fn the_sparse_member_lets_in_the_strong_judge_and_little_else() {
+        // The label-free posterior here is the majority of four votes, three of them weak
+        // (one a copy): the labels should move the weight onto judge 0.
+        let (d, truth) = jury(4000, 3);
+        let rows: Vec<usize> = (0..200).collect();
+        let y: Vec<f64> = rows.iter().map(|&i| f64::from(truth[i])).collect();
+        let lin = fit_sparse(&d, &rows, &y, &[1.0; 200], 5);
+        let strong = lin.w[0] * d.judge_sd[0];
+        let others = lin.w[1..].iter().zip(&d.judge_sd[1..]).map(|(w, s)| (w * s).abs()).sum::<f64>();
+        assert!(strong > 2.0 * others, "{lin:?}");
+        let acc = (200..4000).filter(|&i| (lin.score(&d, i) > 0.0) == (truth[i] == 1)).count() as f64 / 3800.0;
+        assert!(acc >= 0.88, "{acc}");
+    }
+
+    #[test]
     fn one_feature_logistic_matches_the_closed_form_of_a_saturated_fit() {
         // Two groups: s = -1 with 1 of 4 positive, s = 1 with 3 of 4; with a tiny ridge the
         // fit is the group log-odds, +-ln 3.
