@@ -23,8 +23,9 @@
 //! label-free posterior's one half, a judge's, a discriminant's centre, the members'
 //! combined), the intercept the labels fit is shrunk toward it by positive-part
 //! James-Stein: a threshold read off 100 labels moves with them by a standard error that
-//! costs accuracy wherever examples crowd the threshold. The candidates and the shrinkage were chosen on
-//! HaluEval-10 and LLMBar; `sparse` joined after the report juries had been seen
+//! costs accuracy wherever examples crowd the threshold. The first four members and
+//! `lda-shrunk`'s weight were chosen on HaluEval-10 and LLMBar; `sparse` and the
+//! thresholds' shrinkage came after the report juries had been seen
 //! (docs/reproduction/calibration.md says how).
 
 use jury_core::Judgments;
@@ -416,7 +417,8 @@ fn intercept_se(z: &[Vec<f64>], w: &[f64], beta: &[f64], l2: f64, l2_bias: f64) 
     for (row, &wi) in z.iter().zip(w) {
         cols.iter().enumerate().for_each(|(j, &c)| feat[j] = row[c]);
         let s = cols.iter().map(|&c| beta[c] * row[c]).sum::<f64>() + beta[p];
-        let v = wi * sigmoid(s) * (1.0 - sigmoid(s));
+        let pr = sigmoid(s);
+        let v = wi * pr * (1.0 - pr);
         for a in 0..d {
             for b in 0..d {
                 h[a * d + b] += v * feat[a] * feat[b];
