@@ -400,33 +400,8 @@ fn logistic_1d(s: &[f64], y: &[f64], w: &[f64]) -> (f64, f64) {
     let sd = (s.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m).sqrt().max(1e-9);
     let t: Vec<f64> = s.iter().map(|v| v / sd).collect();
     let z: Vec<Vec<f64>> = t.iter().map(|&v| vec![v]).collect();
-    let beta = logistic(&z, y, w, 1.0, 1e-6, false);
-    let se = intercept_se(&z, w, &beta, 1.0, 1e-6);
-    (beta[0] / sd, shrink_intercept(beta[1], se))
-}
-
-/// The standard error of a logistic fit's intercept (the last coefficient of `beta`, the
-/// others over the rows of `z`), from the inverse of the penalised Hessian over the
-/// columns whose coefficient is not 0 (a coefficient held at 0 is not estimated).
-fn intercept_se(z: &[Vec<f64>], w: &[f64], beta: &[f64], l2: f64, l2_bias: f64) -> f64 {
-    let p = beta.len() - 1;
-    let cols: Vec<usize> = (0..p).filter(|&c| beta[c] != 0.0).collect();
-    let d = cols.len() + 1;
-    let mut h = vec![0.0; d * d];
-    let mut feat = vec![1.0; d];
-    for (row, &wi) in z.iter().zip(w) {
-        cols.iter().enumerate().for_each(|(j, &c)| feat[j] = row[c]);
-        let s = cols.iter().map(|&c| beta[c] * row[c]).sum::<f64>() + beta[p];
-        let pr = sigmoid(s);
-        let v = wi * pr * (1.0 - pr);
-        for a in 0..d {
-            for b in 0..d {
-                h[a * d + b] += v * feat[a] * feat[b];
-            }
-        }
-    }
-    (0..d).for_each(|a| h[a * d + a] += if a == d - 1 { l2_bias } else { l2 });
-    inverse_spd(&h, d)[d * d - 1].max(0.0).sqrt()
+    let fit = logistic(&z, y, w, 1.0, 1e-6, false);
+    (fit.beta[0] / sd, shrink_intercept(fit.beta[1], fit.intercept_se))
 }
 
 /// Positive-part James-Stein shrinkage of an intercept toward 0, the threshold of the
@@ -440,56 +415,34 @@ fn shrink_intercept(b: f64, se: f64) -> f64 {
     b * (1.0 - (se * se) / (b * b)).max(0.0)
 }
 
+/// A logistic fit: the coefficients over the features, the intercept last; and the
+/// intercept's standard error, from the inverse of the penalised Hessian at the fit over
+/// the columns fitted (a coefficient held at 0 by `non_negative` is not estimated).
+struct LogisticFit {
+    beta: Vec<f64>,
+    intercept_se: f64,
+}
+
 /// Weighted ridge logistic regression of `y` on the rows of `z` plus an intercept (the
 /// last coefficient, with ridge `l2_bias`); with `non_negative`, the feature coefficients
 /// are kept at or above 0 (active set: a negative one is fixed at 0 and the rest refitted).
-fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], l2: f64, l2_bias: f64, non_negative: bool) -> Vec<f64> {
+fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], l2: f64, l2_bias: f64, non_negative: bool) -> LogisticFit {
     let p = z.first().map_or(0, Vec::len);
     let mut active = vec![true; p];
     loop {
         let cols: Vec<usize> = (0..p).filter(|&c| active[c]).collect();
         let d = cols.len() + 1;
+        let problem = Penalised { z, y, w, cols: &cols, l2, l2_bias };
         let mut beta = vec![0.0; d];
-        let objective = |beta: &[f64]| -> f64 {
-            let mut f = 0.0;
-            for ((row, &yi), &wi) in z.iter().zip(y).zip(w) {
-                let s = cols.iter().enumerate().map(|(j, &c)| beta[j] * row[c]).sum::<f64>() + beta[d - 1];
-                f += wi * (softplus(s) - yi * s);
-            }
-            let reg: f64 = beta[..d - 1].iter().map(|b| b * b).sum::<f64>() * l2 + beta[d - 1].powi(2) * l2_bias;
-            f + 0.5 * reg
-        };
-        let mut f = objective(&beta);
+        let mut f = problem.objective(&beta);
         for _ in 0..100 {
-            let mut g = vec![0.0; d];
-            let mut h = vec![0.0; d * d];
-            let mut feat = vec![0.0; d];
-            for ((row, &yi), &wi) in z.iter().zip(y).zip(w) {
-                cols.iter().enumerate().for_each(|(j, &c)| feat[j] = row[c]);
-                feat[d - 1] = 1.0;
-                let s: f64 = feat.iter().zip(&beta).map(|(a, b)| a * b).sum();
-                let pr = sigmoid(s);
-                for a in 0..d {
-                    g[a] += wi * (pr - yi) * feat[a];
-                    for b in 0..=a {
-                        h[a * d + b] += wi * pr * (1.0 - pr) * feat[a] * feat[b];
-                    }
-                }
-            }
-            for a in 0..d {
-                for b in 0..a {
-                    h[b * d + a] = h[a * d + b];
-                }
-                let r = if a == d - 1 { l2_bias } else { l2 };
-                g[a] += r * beta[a];
-                h[a * d + a] += r;
-            }
+            let (g, h) = problem.gradient_hessian(&beta);
             let step = solve_spd(&h, &g);
             // Damped step: halve until the objective does not rise.
             let mut c = 1.0;
             let (next, f_next) = loop {
                 let next: Vec<f64> = beta.iter().zip(&step).map(|(b, s)| b - c * s).collect();
-                let f_next = objective(&next);
+                let f_next = problem.objective(&next);
                 if f_next <= f + 1e-12 || c < 1e-6 {
                     break (next, f_next);
                 }
@@ -502,14 +455,72 @@ fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], l2: f64, l2_bias: f64, non_neg
                 break;
             }
         }
-        let mut full = vec![0.0; p + 1];
-        cols.iter().enumerate().for_each(|(j, &c)| full[c] = beta[j]);
-        full[p] = beta[d - 1];
         let negative: Vec<usize> = cols.iter().enumerate().filter(|(j, _)| beta[*j] < 0.0).map(|(_, &c)| c).collect();
         if !non_negative || negative.is_empty() {
-            return full;
+            let (_, h) = problem.gradient_hessian(&beta);
+            let intercept_se = inverse_spd(&h, d)[d * d - 1].max(0.0).sqrt();
+            let mut full = vec![0.0; p + 1];
+            cols.iter().enumerate().for_each(|(j, &c)| full[c] = beta[j]);
+            full[p] = beta[d - 1];
+            return LogisticFit { beta: full, intercept_se };
         }
         negative.iter().for_each(|&c| active[c] = false);
+    }
+}
+
+/// The penalised log-loss of a logistic fit over the columns `cols` of `z` plus an
+/// intercept (the last coefficient of each `beta` below).
+struct Penalised<'a> {
+    z: &'a [Vec<f64>],
+    y: &'a [f64],
+    w: &'a [f64],
+    cols: &'a [usize],
+    l2: f64,
+    l2_bias: f64,
+}
+
+impl Penalised<'_> {
+    fn penalty(&self, a: usize) -> f64 {
+        if a == self.cols.len() { self.l2_bias } else { self.l2 }
+    }
+
+    fn score(&self, row: &[f64], beta: &[f64]) -> f64 {
+        self.cols.iter().enumerate().map(|(j, &c)| beta[j] * row[c]).sum::<f64>() + beta[self.cols.len()]
+    }
+
+    fn objective(&self, beta: &[f64]) -> f64 {
+        let mut f = 0.0;
+        for ((row, &yi), &wi) in self.z.iter().zip(self.y).zip(self.w) {
+            let s = self.score(row, beta);
+            f += wi * (softplus(s) - yi * s);
+        }
+        f + 0.5 * beta.iter().enumerate().map(|(a, b)| self.penalty(a) * b * b).sum::<f64>()
+    }
+
+    /// The gradient and the (symmetric, row-major) Hessian at `beta`.
+    fn gradient_hessian(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let d = self.cols.len() + 1;
+        let mut g = vec![0.0; d];
+        let mut h = vec![0.0; d * d];
+        let mut feat = vec![1.0; d];
+        for ((row, &yi), &wi) in self.z.iter().zip(self.y).zip(self.w) {
+            self.cols.iter().enumerate().for_each(|(j, &c)| feat[j] = row[c]);
+            let pr = sigmoid(self.score(row, beta));
+            for a in 0..d {
+                g[a] += wi * (pr - yi) * feat[a];
+                for b in 0..=a {
+                    h[a * d + b] += wi * pr * (1.0 - pr) * feat[a] * feat[b];
+                }
+            }
+        }
+        for a in 0..d {
+            for b in 0..a {
+                h[b * d + a] = h[a * d + b];
+            }
+            g[a] += self.penalty(a) * beta[a];
+            h[a * d + a] += self.penalty(a);
+        }
+        (g, h)
     }
 }
 
@@ -544,8 +555,8 @@ impl Calibrated {
                 (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
             }
         }
-        let beta = logistic(&oof, y, w, 1.0, 1e-6, true);
-        let bias = shrink_intercept(beta[Candidate::ALL.len()], intercept_se(&oof, w, &beta, 1.0, 1e-6));
+        let LogisticFit { beta, intercept_se } = logistic(&oof, y, w, 1.0, 1e-6, true);
+        let bias = shrink_intercept(beta[Candidate::ALL.len()], intercept_se);
         let mut model = Linear { w: vec![0.0; d.k], label_free: 0.0, bias };
         let mut stack = Vec::with_capacity(Candidate::ALL.len());
         for (c, cand) in Candidate::ALL.iter().enumerate() {
@@ -573,7 +584,7 @@ impl Calibrated {
 pub fn logistic_baseline(d: &LogOdds, sample: &Sample) -> Vec<f64> {
     let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
     let z: Vec<Vec<f64>> = sample.index().iter().map(|&i| d.row(i).to_vec()).collect();
-    let beta = logistic(&z, &y, &weights(sample), 1.0, 1e-6, false);
+    let beta = logistic(&z, &y, &weights(sample), 1.0, 1e-6, false).beta;
     (0..d.n).map(|i| d.row(i).iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() + beta[d.k]).collect()
 }
 
@@ -658,9 +669,9 @@ mod tests {
         let s = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0];
         let y = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0];
         let z: Vec<Vec<f64>> = s.iter().map(|&v| vec![v]).collect();
-        let b = logistic(&z, &y, &[1.0; 8], 1e-9, 1e-9, false);
+        let b = logistic(&z, &y, &[1.0; 8], 1e-9, 1e-9, false).beta;
         assert!((b[0] - 3f64.ln()).abs() < 1e-5 && b[1].abs() < 1e-6, "{b:?}");
-        let nn = logistic(&z.iter().map(|r| vec![-r[0]]).collect::<Vec<_>>(), &y, &[1.0; 8], 1e-9, 1e-9, true);
+        let nn = logistic(&z.iter().map(|r| vec![-r[0]]).collect::<Vec<_>>(), &y, &[1.0; 8], 1e-9, 1e-9, true).beta;
         assert_eq!(nn[0], 0.0);
     }
 
@@ -670,10 +681,9 @@ mod tests {
         // error 1 / sqrt(100 * 0.3 * 0.7).
         let y: Vec<f64> = (0..100).map(|i| f64::from(u8::from(i < 30))).collect();
         let z: Vec<Vec<f64>> = (0..100).map(|_| vec![0.0]).collect();
-        let b = logistic(&z, &y, &[1.0; 100], 1.0, 1e-9, false);
-        assert!((b[1] - (0.3f64 / 0.7).ln()).abs() < 1e-6, "{b:?}");
-        let se = intercept_se(&z, &[1.0; 100], &b, 1.0, 1e-9);
-        assert!((se - 1.0 / 21f64.sqrt()).abs() < 1e-6, "{se}");
+        let fit = logistic(&z, &y, &[1.0; 100], 1.0, 1e-9, false);
+        assert!((fit.beta[1] - (0.3f64 / 0.7).ln()).abs() < 1e-6, "{:?}", fit.beta);
+        assert!((fit.intercept_se - 1.0 / 21f64.sqrt()).abs() < 1e-6, "{}", fit.intercept_se);
     }
 
     proptest::proptest! {
