@@ -1,5 +1,5 @@
-//! The calibrated combination: a stack of five simple models of the label, fitted on the
-//! calibration labels with every unlabeled judgment informing three of them.
+//! The calibrated combination: a stack of six simple models of the label, fitted on the
+//! calibration labels with every unlabeled judgment informing four of them.
 //!
 //! Each model gives a linear score over the judges' log-odds and the label-free
 //! posterior's log-odds, so the stack is one linear score too:
@@ -15,18 +15,23 @@
 //!   300 labels;
 //! - `sparse`: the label-free log-odds (unpenalised) plus the judges' log-odds under an L1
 //!   penalty chosen by cross-validation inside the labels (the labels decide how many
-//!   judges to trust beyond the label-free posterior: none, one, or most of them).
+//!   judges to trust beyond the label-free posterior: none, one, or most of them);
+//! - `exchangeable`: the judges' log-odds, each on the scale of its spread over every
+//!   example, under a ridge toward one common weight chosen by cross-validation inside
+//!   the labels (the judges count alike until the labels tell them apart).
 //!
-//! The stack's weights are a non-negative logistic regression on the five models' 5-fold
-//! out-of-fold scores on the calibration labels (a super learner): every setting is
+//! The stack's weights are a non-negative logistic regression on the six models' 5-fold
+//! out-of-fold scores on the calibration labels (a super learner), ridged toward the
+//! members' plain average: where 100 labels cannot tell the members apart the average
+//! costs least, and the labels move the weights as far as they can. Every setting is
 //! chosen inside the calibration set. Where a score has a threshold of its own (the
 //! label-free posterior's one half, a judge's, a discriminant's centre, the members'
 //! combined), the intercept the labels fit is shrunk toward it by positive-part
 //! James-Stein: a threshold read off 100 labels moves with them by a standard error that
 //! costs accuracy wherever examples crowd the threshold. The first four members and
-//! `lda-shrunk`'s weight were chosen on HaluEval-10 and LLMBar; `sparse` and the
-//! thresholds' shrinkage came after the report juries had been seen
-//! (docs/reproduction/calibration.md says how).
+//! `lda-shrunk`'s weight were chosen on HaluEval-10 and LLMBar; `sparse`, the thresholds'
+//! shrinkage, `exchangeable` and the ridge toward the average came after the report
+//! juries had been seen (docs/reproduction/calibration.md says how).
 
 use jury_core::Judgments;
 use rand::SeedableRng;
@@ -42,6 +47,10 @@ use crate::{CalibrationError, Sample};
 const CLIP: f64 = 1e-3;
 /// Folds of the out-of-fold scores the stack is fitted on.
 const FOLDS: usize = 5;
+/// The ridge of the stack's weights toward the members' plain average (`1 / members`
+/// each), on the summed log-loss: it counts for less as labels grow. 10 and 30 tied on the
+/// tuning juries; the smaller leaves the labels more say.
+const STACK_RIDGE: f64 = 10.0;
 /// The weight, in labels, of the label-free class-mean difference in `lda-shrunk`.
 const SHRINK_LABELS: f64 = 300.0;
 
@@ -226,7 +235,7 @@ impl Linear {
     }
 }
 
-/// The five models the stack combines.
+/// The six models the stack combines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Candidate {
     LabelFree,
@@ -234,11 +243,18 @@ pub enum Candidate {
     Lda,
     LdaShrunk,
     Sparse,
+    Exchangeable,
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 5] =
-        [Candidate::LabelFree, Candidate::PickedJudge, Candidate::Lda, Candidate::LdaShrunk, Candidate::Sparse];
+    pub const ALL: [Candidate; 6] = [
+        Candidate::LabelFree,
+        Candidate::PickedJudge,
+        Candidate::Lda,
+        Candidate::LdaShrunk,
+        Candidate::Sparse,
+        Candidate::Exchangeable,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -247,6 +263,7 @@ impl Candidate {
             Candidate::Lda => "lda",
             Candidate::LdaShrunk => "lda-shrunk",
             Candidate::Sparse => "sparse",
+            Candidate::Exchangeable => "exchangeable",
         }
     }
 
@@ -256,6 +273,7 @@ impl Candidate {
         let k = d.k;
         match self {
             Candidate::Sparse => fit_sparse(d, rows, y, w, seed),
+            Candidate::Exchangeable => fit_exchangeable(d, rows, y, w, seed),
             Candidate::LabelFree => {
                 let s: Vec<f64> = rows.iter().map(|&i| d.label_free[i]).collect();
                 let (a, b) = logistic_1d(&s, y, w);
@@ -325,14 +343,7 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
     let mut fold_loss = vec![vec![0.0; lambdas.len()]; FOLDS.min(m)];
     for (f, fl) in fold_loss.iter_mut().enumerate() {
         let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
-        let pick_rows = |which: &[usize]| -> (Vec<Vec<f64>>, Vec<f64>, Vec<f64>) {
-            (
-                which.iter().map(|&r| z[r].clone()).collect(),
-                which.iter().map(|&r| y[r]).collect(),
-                which.iter().map(|&r| w[r]).collect(),
-            )
-        };
-        let (tz, ty, tw) = pick_rows(&train);
+        let (tz, ty, tw) = subset(&z, y, w, &train);
         let path = Problem { z: &tz, y: &ty, w: &tw, penalised: &penalised }.path(&lambdas);
         let weight: f64 = test.iter().map(|&r| w[r]).sum::<f64>().max(1e-300);
         for (l, fit) in path.iter().enumerate() {
@@ -357,6 +368,57 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
         w: fit.beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| b / s).collect(),
         label_free: fit.beta[k] / d.label_free_sd,
         bias: fit.intercept,
+    }
+}
+
+/// Ridges tried for the exchangeable member, on the sum of log-losses over the labels.
+const EXCHANGEABLE_RIDGES: [f64; 8] = [0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0];
+
+/// The exchangeable member: logistic regression on the judges' log-odds, each divided by
+/// its standard deviation over every example, under a ridge that pulls every judge's
+/// weight toward their common weight (a prior that treats the judges as exchangeable
+/// until the labels tell them apart); the ridge minimises the 5-fold (seeded) out-of-fold
+/// log-loss on `rows`. Its largest ridge is the judges' standardised log-odds summed with
+/// one weight; its smallest, nearly logistic regression on every judge.
+fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
+    let k = d.k;
+    let norm = (k.max(1) as f64).sqrt();
+    // The judges' standardised log-odds and, unpenalised, their sum: a ridge toward 0 on
+    // the judges' own columns is then a ridge toward the common weight.
+    let z: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|&i| {
+            let mut r: Vec<f64> = d.row(i).iter().zip(&d.judge_sd).map(|(x, s)| x / s).collect();
+            r.push(r.iter().sum::<f64>() / norm);
+            r
+        })
+        .collect();
+    let prior = |l2: f64| Prior::ridge(k + 1, l2, 1e-6).free(k);
+    let m = rows.len();
+    let folds = fold_of(m, seed);
+    let mut loss = [0.0; EXCHANGEABLE_RIDGES.len()];
+    for f in 0..FOLDS.min(m) {
+        let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
+        let (tz, ty, tw) = subset(&z, y, w, &train);
+        for (l, &l2) in EXCHANGEABLE_RIDGES.iter().enumerate() {
+            let beta = logistic(&tz, &ty, &tw, &prior(l2), false).beta;
+            loss[l] += test
+                .iter()
+                .map(|&r| {
+                    let s = z[r].iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() + beta[k + 1];
+                    w[r] * (softplus(s) - y[r] * s)
+                })
+                .sum::<f64>();
+        }
+    }
+    let best = loss.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(l, _)| l);
+    let beta = logistic(&z, y, w, &prior(EXCHANGEABLE_RIDGES[best]), false).beta;
+    // The intercept stays as fitted, as `sparse`'s does: several judges' biases, no
+    // score's own threshold.
+    Linear {
+        w: beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| (b + beta[k] / norm) / s).collect(),
+        label_free: 0.0,
+        bias: beta[k + 1],
     }
 }
 
@@ -400,7 +462,7 @@ fn logistic_1d(s: &[f64], y: &[f64], w: &[f64]) -> (f64, f64) {
     let sd = (s.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m).sqrt().max(1e-9);
     let t: Vec<f64> = s.iter().map(|v| v / sd).collect();
     let z: Vec<Vec<f64>> = t.iter().map(|&v| vec![v]).collect();
-    let fit = logistic(&z, y, w, 1.0, 1e-6, false);
+    let fit = logistic(&z, y, w, &Prior::ridge(1, 1.0, 1e-6), false);
     (fit.beta[0] / sd, shrink_intercept(fit.beta[1], fit.intercept_se))
 }
 
@@ -423,17 +485,45 @@ struct LogisticFit {
     intercept_se: f64,
 }
 
-/// Weighted ridge logistic regression of `y` on the rows of `z` plus an intercept (the
-/// last coefficient, with ridge `l2_bias`); with `non_negative`, the feature coefficients
+/// A Gaussian prior on a logistic fit: feature coefficient `c` is ridged with strength
+/// `l2[c]` toward `centre[c]`, the intercept with `l2_bias` toward 0.
+#[derive(Debug, Clone)]
+struct Prior {
+    l2: Vec<f64>,
+    centre: Vec<f64>,
+    l2_bias: f64,
+}
+
+impl Prior {
+    /// Every one of `p` coefficients ridged by `l2` toward 0.
+    fn ridge(p: usize, l2: f64, l2_bias: f64) -> Self {
+        Prior { l2: vec![l2; p], centre: vec![0.0; p], l2_bias }
+    }
+
+    /// The same strengths, centred on `centre` instead.
+    fn toward(self, centre: Vec<f64>) -> Self {
+        Prior { centre, ..self }
+    }
+
+    /// Column `c` left unpenalised (a tiny ridge keeps the Hessian invertible).
+    fn free(mut self, c: usize) -> Self {
+        self.l2[c] = 1e-6;
+        self
+    }
+}
+
+/// Weighted penalised logistic regression of `y` on the rows of `z` plus an intercept
+/// (the last coefficient) under `prior`; with `non_negative`, the feature coefficients
 /// are kept at or above 0 (active set: a negative one is fixed at 0 and the rest refitted).
-fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], l2: f64, l2_bias: f64, non_negative: bool) -> LogisticFit {
+fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], prior: &Prior, non_negative: bool) -> LogisticFit {
     let p = z.first().map_or(0, Vec::len);
     let mut active = vec![true; p];
     loop {
         let cols: Vec<usize> = (0..p).filter(|&c| active[c]).collect();
         let d = cols.len() + 1;
-        let problem = Penalised { z, y, w, cols: &cols, l2, l2_bias };
-        let mut beta = vec![0.0; d];
+        let problem = Penalised { z, y, w, cols: &cols, prior };
+        // Started at the prior's centre, where its penalty is least.
+        let mut beta: Vec<f64> = cols.iter().map(|&c| prior.centre[c]).chain([0.0]).collect();
         let mut f = problem.objective(&beta);
         for _ in 0..100 {
             let (g, h) = problem.gradient_hessian(&beta);
@@ -475,13 +565,16 @@ struct Penalised<'a> {
     y: &'a [f64],
     w: &'a [f64],
     cols: &'a [usize],
-    l2: f64,
-    l2_bias: f64,
+    prior: &'a Prior,
 }
 
 impl Penalised<'_> {
-    fn penalty(&self, a: usize) -> f64 {
-        if a == self.cols.len() { self.l2_bias } else { self.l2 }
+    /// Coefficient `a`'s ridge and the value it is ridged toward.
+    fn penalty(&self, a: usize) -> (f64, f64) {
+        match self.cols.get(a) {
+            Some(&c) => (self.prior.l2[c], self.prior.centre[c]),
+            None => (self.prior.l2_bias, 0.0),
+        }
     }
 
     fn score(&self, row: &[f64], beta: &[f64]) -> f64 {
@@ -494,7 +587,15 @@ impl Penalised<'_> {
             let s = self.score(row, beta);
             f += wi * (softplus(s) - yi * s);
         }
-        f + 0.5 * beta.iter().enumerate().map(|(a, b)| self.penalty(a) * b * b).sum::<f64>()
+        f + 0.5
+            * beta
+                .iter()
+                .enumerate()
+                .map(|(a, b)| {
+                    let (l2, c) = self.penalty(a);
+                    l2 * (b - c).powi(2)
+                })
+                .sum::<f64>()
     }
 
     /// The gradient and the (symmetric, row-major) Hessian at `beta`.
@@ -517,8 +618,9 @@ impl Penalised<'_> {
             for b in 0..a {
                 h[b * d + a] = h[a * d + b];
             }
-            g[a] += self.penalty(a) * beta[a];
-            h[a * d + a] += self.penalty(a);
+            let (l2, c) = self.penalty(a);
+            g[a] += l2 * (beta[a] - c);
+            h[a * d + a] += l2;
         }
         (g, h)
     }
@@ -555,7 +657,9 @@ impl Calibrated {
                 (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
             }
         }
-        let LogisticFit { beta, intercept_se } = logistic(&oof, y, w, 1.0, 1e-6, true);
+        let members = Candidate::ALL.len();
+        let prior = Prior::ridge(members, STACK_RIDGE, 1e-6).toward(vec![1.0 / members as f64; members]);
+        let LogisticFit { beta, intercept_se } = logistic(&oof, y, w, &prior, true);
         let bias = shrink_intercept(beta[Candidate::ALL.len()], intercept_se);
         let mut model = Linear { w: vec![0.0; d.k], label_free: 0.0, bias };
         let mut stack = Vec::with_capacity(Candidate::ALL.len());
@@ -584,7 +688,7 @@ impl Calibrated {
 pub fn logistic_baseline(d: &LogOdds, sample: &Sample) -> Vec<f64> {
     let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
     let z: Vec<Vec<f64>> = sample.index().iter().map(|&i| d.row(i).to_vec()).collect();
-    let beta = logistic(&z, &y, &weights(sample), 1.0, 1e-6, false).beta;
+    let beta = logistic(&z, &y, &weights(sample), &Prior::ridge(d.k, 1.0, 1e-6), false).beta;
     (0..d.n).map(|i| d.row(i).iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() + beta[d.k]).collect()
 }
 
@@ -595,6 +699,15 @@ fn fold_of(m: usize, seed: u64) -> Vec<usize> {
     let mut fold = vec![0; m];
     order.iter().enumerate().for_each(|(pos, &r)| fold[r] = pos % FOLDS);
     fold
+}
+
+/// The rows `which` of a labeled design: their features, labels and weights.
+fn subset(z: &[Vec<f64>], y: &[f64], w: &[f64], which: &[usize]) -> (Vec<Vec<f64>>, Vec<f64>, Vec<f64>) {
+    (
+        which.iter().map(|&r| z[r].clone()).collect(),
+        which.iter().map(|&r| y[r]).collect(),
+        which.iter().map(|&r| w[r]).collect(),
+    )
 }
 
 fn pick(rows: &[usize], y: &[f64], w: &[f64], which: &[usize]) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
@@ -663,15 +776,69 @@ mod tests {
     }
 
     #[test]
+    fn the_exchangeable_member_keeps_like_judges_alike_and_tells_a_strong_one_apart() {
+        // Six judges of one accuracy, independent given the truth: with 60 labels the
+        // member should weigh them nearly alike (logistic regression would not).
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (n, k) = (3000, 6);
+        let truth: Vec<u8> = (0..n).map(|_| u8::from(rng.random_bool(0.5))).collect();
+        let mut x = vec![0.0; n * k];
+        for (i, &t) in truth.iter().enumerate() {
+            for j in 0..k {
+                let sign = if t == 1 { 1.0 } else { -1.0 };
+                x[i * k + j] = 0.8 * sign + rng.random_range(-2.5..2.5);
+            }
+        }
+        let d = LogOdds::from_dense(n, k, x, &vec![0.5; n]).unwrap();
+        let rows: Vec<usize> = (0..60).collect();
+        let y: Vec<f64> = rows.iter().map(|&i| f64::from(truth[i])).collect();
+        let lin = fit_exchangeable(&d, &rows, &y, &[1.0; 60], 3);
+        let scaled: Vec<f64> = lin.w.iter().zip(&d.judge_sd).map(|(w, s)| w * s).collect();
+        let (lo, hi) = scaled.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        assert!(lo > 0.0 && hi < 1.5 * lo, "{scaled:?}");
+        // Where one judge is far stronger, 200 labels move the weight onto it.
+        let (d, truth) = jury(4000, 3);
+        let rows: Vec<usize> = (0..200).collect();
+        let y: Vec<f64> = rows.iter().map(|&i| f64::from(truth[i])).collect();
+        let lin = fit_exchangeable(&d, &rows, &y, &[1.0; 200], 5);
+        let scaled: Vec<f64> = lin.w.iter().zip(&d.judge_sd).map(|(w, s)| w * s).collect();
+        assert!(scaled[1..].iter().all(|&v| scaled[0] > 2.0 * v.abs()), "{scaled:?}");
+    }
+
+    #[test]
+    fn a_prior_pulls_the_fit_toward_its_centre_and_a_free_column_is_not_pulled() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let z: Vec<Vec<f64>> =
+            (0..200).map(|_| vec![rng.random_range(-2.0..2.0), rng.random_range(-2.0..2.0)]).collect();
+        let y: Vec<f64> =
+            z.iter().map(|r| f64::from(u8::from(r[0] + 0.5 * r[1] > rng.random_range(-1.0..1.0)))).collect();
+        let w = vec![1.0; 200];
+        let pulled = logistic(&z, &y, &w, &Prior::ridge(2, 1e9, 1e-6).toward(vec![0.3, -0.7]), false).beta;
+        assert!((pulled[0] - 0.3).abs() < 1e-4 && (pulled[1] + 0.7).abs() < 1e-4, "{pulled:?}");
+        let free = logistic(&z, &y, &w, &Prior::ridge(2, 1e9, 1e-6).free(0), false).beta;
+        let alone =
+            logistic(&z.iter().map(|r| vec![r[0]]).collect::<Vec<_>>(), &y, &w, &Prior::ridge(1, 1e-6, 1e-6), false)
+                .beta;
+        assert!(free[1].abs() < 1e-4 && (free[0] - alone[0]).abs() < 1e-4, "{free:?} {alone:?}");
+    }
+
+    #[test]
     fn one_feature_logistic_matches_the_closed_form_of_a_saturated_fit() {
         // Two groups: s = -1 with 1 of 4 positive, s = 1 with 3 of 4; with a tiny ridge the
         // fit is the group log-odds, +-ln 3.
         let s = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0];
         let y = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0];
         let z: Vec<Vec<f64>> = s.iter().map(|&v| vec![v]).collect();
-        let b = logistic(&z, &y, &[1.0; 8], 1e-9, 1e-9, false).beta;
+        let b = logistic(&z, &y, &[1.0; 8], &Prior::ridge(1, 1e-9, 1e-9), false).beta;
         assert!((b[0] - 3f64.ln()).abs() < 1e-5 && b[1].abs() < 1e-6, "{b:?}");
-        let nn = logistic(&z.iter().map(|r| vec![-r[0]]).collect::<Vec<_>>(), &y, &[1.0; 8], 1e-9, 1e-9, true).beta;
+        let nn = logistic(
+            &z.iter().map(|r| vec![-r[0]]).collect::<Vec<_>>(),
+            &y,
+            &[1.0; 8],
+            &Prior::ridge(1, 1e-9, 1e-9),
+            true,
+        )
+        .beta;
         assert_eq!(nn[0], 0.0);
     }
 
@@ -681,7 +848,7 @@ mod tests {
         // error 1 / sqrt(100 * 0.3 * 0.7).
         let y: Vec<f64> = (0..100).map(|i| f64::from(u8::from(i < 30))).collect();
         let z: Vec<Vec<f64>> = (0..100).map(|_| vec![0.0]).collect();
-        let fit = logistic(&z, &y, &[1.0; 100], 1.0, 1e-9, false);
+        let fit = logistic(&z, &y, &[1.0; 100], &Prior::ridge(1, 1.0, 1e-9), false);
         assert!((fit.beta[1] - (0.3f64 / 0.7).ln()).abs() < 1e-6, "{:?}", fit.beta);
         assert!((fit.intercept_se - 1.0 / 21f64.sqrt()).abs() < 1e-6, "{}", fit.intercept_se);
     }
