@@ -270,21 +270,7 @@ fn on_threads<T: Send>(
     n: usize,
     f: impl Fn(usize) -> Result<T, AggregateError> + Sync,
 ) -> Result<Vec<T>, AggregateError> {
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, n.max(1));
-    let per_thread = n.div_ceil(threads).max(1);
-    let mut slots: Vec<Option<Result<T, AggregateError>>> = (0..n).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        for (t, chunk) in slots.chunks_mut(per_thread).enumerate() {
-            let f = &f;
-            let first = t * per_thread;
-            scope.spawn(move || {
-                for (i, slot) in chunk.iter_mut().enumerate() {
-                    *slot = Some(f(first + i));
-                }
-            });
-        }
-    });
-    slots.into_iter().map(|s| s.unwrap_or(Err(AggregateError::Empty { method: "recommended" }))).collect()
+    jury_core::on_threads(n, f).into_iter().collect()
 }
 
 /// Whether most of the jury's entries are scores rather than verdicts: a probability

@@ -400,8 +400,10 @@ fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64
     for f in 0..FOLDS.min(m) {
         let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
         let (tz, ty, tw) = subset(&z, y, w, &train);
-        for (l, &l2) in EXCHANGEABLE_RIDGES.iter().enumerate() {
-            let beta = logistic(&tz, &ty, &tw, &prior(l2), false).beta;
+        // From the largest ridge down, each fit started at the last one's solution.
+        let mut beta = vec![0.0; k + 2];
+        for (l, &l2) in EXCHANGEABLE_RIDGES.iter().enumerate().rev() {
+            beta = logistic_from(&tz, &ty, &tw, &prior(l2), false, &beta).beta;
             loss[l] += test
                 .iter()
                 .map(|&r| {
@@ -516,14 +518,28 @@ impl Prior {
 /// (the last coefficient) under `prior`; with `non_negative`, the feature coefficients
 /// are kept at or above 0 (active set: a negative one is fixed at 0 and the rest refitted).
 fn logistic(z: &[Vec<f64>], y: &[f64], w: &[f64], prior: &Prior, non_negative: bool) -> LogisticFit {
+    // Started at the prior's centre, where its penalty is least.
+    let start: Vec<f64> = prior.centre.iter().copied().chain([0.0]).collect();
+    logistic_from(z, y, w, prior, non_negative, &start)
+}
+
+/// [`logistic`] started at `start` (coefficients, intercept last): a neighbouring fit's
+/// solution saves most Newton steps along a path of priors.
+fn logistic_from(
+    z: &[Vec<f64>],
+    y: &[f64],
+    w: &[f64],
+    prior: &Prior,
+    non_negative: bool,
+    start: &[f64],
+) -> LogisticFit {
     let p = z.first().map_or(0, Vec::len);
     let mut active = vec![true; p];
     loop {
         let cols: Vec<usize> = (0..p).filter(|&c| active[c]).collect();
         let d = cols.len() + 1;
         let problem = Penalised { z, y, w, cols: &cols, prior };
-        // Started at the prior's centre, where its penalty is least.
-        let mut beta: Vec<f64> = cols.iter().map(|&c| prior.centre[c]).chain([0.0]).collect();
+        let mut beta: Vec<f64> = cols.iter().map(|&c| start[c]).chain([start[p]]).collect();
         let mut f = problem.objective(&beta);
         for _ in 0..100 {
             let (g, h) = problem.gradient_hessian(&beta);
@@ -607,11 +623,12 @@ impl Penalised<'_> {
         for ((row, &yi), &wi) in self.z.iter().zip(self.y).zip(self.w) {
             self.cols.iter().enumerate().for_each(|(j, &c)| feat[j] = row[c]);
             let pr = sigmoid(self.score(row, beta));
+            // Products in the order the plain expressions take, so the sums are unchanged.
+            let (ge, he) = (wi * (pr - yi), wi * pr * (1.0 - pr));
             for a in 0..d {
-                g[a] += wi * (pr - yi) * feat[a];
-                for b in 0..=a {
-                    h[a * d + b] += wi * pr * (1.0 - pr) * feat[a] * feat[b];
-                }
+                g[a] += ge * feat[a];
+                let ha = he * feat[a];
+                h[a * d..=a * d + a].iter_mut().zip(&feat[..=a]).for_each(|(h, fb)| *h += ha * fb);
             }
         }
         for a in 0..d {

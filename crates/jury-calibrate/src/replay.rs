@@ -98,56 +98,25 @@ pub fn replay(
         return Err(CalibrationError::Length(truth.len().min(recommended.len()), n));
     }
     let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
-    let posterior = d.mean_judge_probabilities();
+    let jury = Jury { d, recommended, truth, rate, posterior: d.mean_judge_probabilities() };
     let mut out = Vec::new();
     for &budget in &settings.budgets {
         for sampling in [Sampling::Uniform, Sampling::Planned] {
+            // Draws are independent and seeded by their index: run on every core, then
+            // folded in index order, so the sums do not depend on the number of cores.
+            let draws = jury_core::on_threads(settings.trials, |t| jury.draw(budget, sampling, settings.seed, t));
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
             let mut covered = [0usize; 4];
             let mut width = [0.0; 4];
             let mut redrawn = 0;
-            for t in 0..settings.trials {
-                let mut attempt = 0u64;
-                let sample = loop {
-                    let seed = trial_seed(settings.seed, budget, sampling, t, attempt);
-                    let drawn = match sampling {
-                        Sampling::Uniform => uniform_sample(n, budget, seed)?,
-                        Sampling::Planned => plan_labels(&posterior, budget, seed)?,
-                    };
-                    let index: Vec<usize> = drawn.iter().map(|p| p.index).collect();
-                    let labels = index.iter().map(|&i| truth[i]).collect();
-                    let inclusion = drawn.iter().map(|p| p.inclusion).collect();
-                    match Sample::new(n, index, labels, Some(inclusion)) {
-                        Ok(s) => break s,
-                        Err(CalibrationError::OneClass(..)) if attempt < 100 => {
-                            attempt += 1;
-                            redrawn += 1;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                };
-                let seed = trial_seed(settings.seed, budget, sampling, t, 1000);
-                let mask = sample.mask();
-                let rest = |f: &dyn Fn(usize) -> bool| -> f64 {
-                    let (mut right, mut total) = (0usize, 0usize);
-                    for i in (0..n).filter(|&i| !mask[i]) {
-                        right += usize::from(f(i) == (truth[i] == 1));
-                        total += 1;
-                    }
-                    right as f64 / total.max(1) as f64
-                };
-                let fit = Calibrated::fit(d, &sample, seed);
-                acc[0].push(rest(&|i| fit.probability(d, i) > 0.5));
-                acc[1].push(rest(&|i| recommended[i] == 1));
-                let judge = picked_judge(d, &sample);
-                acc[2].push(rest(&|i| d.get(i, judge) > 0.0));
-                let logistic = logistic_baseline(d, &sample);
-                acc[3].push(rest(&|i| logistic[i] > 0.0));
-                let rates = RateEstimates::estimate(d, &sample, seed);
-                for (e, (_, interval)) in rates.intervals.iter().enumerate() {
-                    covered[e] += usize::from(interval.covers(rate));
-                    width[e] += interval.width();
+            for outcome in draws {
+                let outcome = outcome?;
+                acc.iter_mut().zip(outcome.accuracy).for_each(|(a, v)| a.push(v));
+                for e in 0..4 {
+                    covered[e] += usize::from(outcome.covered[e]);
+                    width[e] += outcome.width[e];
                 }
+                redrawn += outcome.redrawn;
             }
             let trials = settings.trials.max(1) as f64;
             out.push(BudgetReplay {
@@ -167,6 +136,78 @@ pub fn replay(
         }
     }
     Ok(out)
+}
+
+/// What one draw of a calibration sample gives: each method's accuracy on the rest (in
+/// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
+/// and its width (in [`Estimator::ALL`] order), and how many draws with one class only
+/// were redrawn before it.
+struct Draw {
+    accuracy: [f64; 4],
+    covered: [bool; 4],
+    width: [f64; 4],
+    redrawn: usize,
+}
+
+/// The fully labeled jury a replay draws from: its log-odds, the label-free method's
+/// hard labels, the truth and its positive rate, and the posterior the plan follows.
+struct Jury<'a> {
+    d: &'a LogOdds,
+    recommended: &'a [u8],
+    truth: &'a [u8],
+    rate: f64,
+    posterior: Vec<f64>,
+}
+
+impl Jury<'_> {
+    /// Draw `t` at `budget` by `sampling`: the sample, every method fitted on it and scored
+    /// on the rest, every estimator's interval.
+    fn draw(&self, budget: usize, sampling: Sampling, base_seed: u64, t: usize) -> Result<Draw, CalibrationError> {
+        let Jury { d, recommended, truth, rate, ref posterior } = *self;
+        let n = d.n_examples();
+        let mut attempt = 0u64;
+        let sample = loop {
+            let seed = trial_seed(base_seed, budget, sampling, t, attempt);
+            let drawn = match sampling {
+                Sampling::Uniform => uniform_sample(n, budget, seed)?,
+                Sampling::Planned => plan_labels(posterior, budget, seed)?,
+            };
+            let index: Vec<usize> = drawn.iter().map(|p| p.index).collect();
+            let labels = index.iter().map(|&i| truth[i]).collect();
+            let inclusion = drawn.iter().map(|p| p.inclusion).collect();
+            match Sample::new(n, index, labels, Some(inclusion)) {
+                Ok(s) => break s,
+                Err(CalibrationError::OneClass(..)) if attempt < 100 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        let seed = trial_seed(base_seed, budget, sampling, t, 1000);
+        let mask = sample.mask();
+        let rest = |f: &dyn Fn(usize) -> bool| -> f64 {
+            let (mut right, mut total) = (0usize, 0usize);
+            for i in (0..n).filter(|&i| !mask[i]) {
+                right += usize::from(f(i) == (truth[i] == 1));
+                total += 1;
+            }
+            right as f64 / total.max(1) as f64
+        };
+        let fit = Calibrated::fit(d, &sample, seed);
+        let judge = picked_judge(d, &sample);
+        let logistic = logistic_baseline(d, &sample);
+        let accuracy = [
+            rest(&|i| fit.probability(d, i) > 0.5),
+            rest(&|i| recommended[i] == 1),
+            rest(&|i| d.get(i, judge) > 0.0),
+            rest(&|i| logistic[i] > 0.0),
+        ];
+        let rates = RateEstimates::estimate(d, &sample, seed);
+        let (mut covered, mut width) = ([false; 4], [0.0; 4]);
+        for (e, (_, interval)) in rates.intervals.iter().enumerate() {
+            covered[e] = interval.covers(rate);
+            width[e] = interval.width();
+        }
+        Ok(Draw { accuracy, covered, width, redrawn: attempt as usize })
+    }
 }
 
 fn summarise(mut a: Vec<f64>) -> MethodAccuracy {

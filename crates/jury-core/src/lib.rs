@@ -50,6 +50,29 @@ pub enum CoreError {
     BadPosterior { row: usize, reason: String },
 }
 
+/// `f(0..n)` on every available core, each thread a contiguous run of indices; the
+/// results in index order, so a caller that folds them in order gets the same answer on
+/// any number of cores.
+pub fn on_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, n.max(1));
+    let per_thread = n.div_ceil(threads).max(1);
+    let mut slots: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        for (t, chunk) in slots.chunks_mut(per_thread).enumerate() {
+            let f = &f;
+            let first = t * per_thread;
+            scope.spawn(move || {
+                for (i, slot) in chunk.iter_mut().enumerate() {
+                    *slot = Some(f(first + i));
+                }
+            });
+        }
+    });
+    // Every slot is filled: each index belongs to exactly one chunk, and a panicking
+    // thread re-panics here when the scope joins it.
+    slots.into_iter().flatten().collect()
+}
+
 /// Index of the largest entry; the lowest index wins exact ties. This is the SkillAggregation paper's
 /// vote rule `b = 1[y > 0.5]` generalised to C classes (a binary 0.5 votes class 0).
 pub fn argmax<T: PartialOrd>(v: &[T]) -> usize {
@@ -60,4 +83,17 @@ pub fn argmax<T: PartialOrd>(v: &[T]) -> usize {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_threads_returns_every_index_once_in_order() {
+        for n in [0, 1, 2, 3, 17] {
+            let out = on_threads(n, |i| (i, std::thread::current().id()));
+            assert_eq!(out.iter().map(|(i, _)| *i).collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
+        }
+    }
 }
