@@ -5,6 +5,8 @@
 //! algorithms consume them. Every constructor validates, so a value of one of these
 //! types is proof that its invariants hold (probabilities finite and in [0, 1], vectors
 //! summing to one, no duplicate (example, judge) pair, labels inside the class range).
+//! One helper beside them, `on_threads`, spreads independent work over the cores with its
+//! results in index order, so no answer depends on how many there are.
 
 mod comparison;
 mod judgments;
