@@ -351,7 +351,7 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
                 .iter()
                 .map(|&r| {
                     let s = fit.score(&z[r]);
-                    w[r] * (softplus(s) - y[r] * s)
+                    w[r] * log_loss(s, y[r])
                 })
                 .sum::<f64>()
                 / weight;
@@ -359,7 +359,7 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
     }
     let nf = fold_loss.len() as f64;
     let mean: Vec<f64> = (0..lambdas.len()).map(|l| fold_loss.iter().map(|f| f[l]).sum::<f64>() / nf).collect();
-    let best = mean.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(l, _)| l);
+    let best = argmin(&mean);
     let fit = all.path(&lambdas[..=best]).pop().unwrap_or(Fit { beta: vec![0.0; k + 1], intercept: 0.0 });
     // The intercept stays as fitted: with several judges in, it carries their biases, and
     // 0 is no score's own threshold (shrinking it, as `shrink_intercept` does for one
@@ -408,12 +408,12 @@ fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64
                 .iter()
                 .map(|&r| {
                     let s = z[r].iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() + beta[k + 1];
-                    w[r] * (softplus(s) - y[r] * s)
+                    w[r] * log_loss(s, y[r])
                 })
                 .sum::<f64>();
         }
     }
-    let best = loss.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(l, _)| l);
+    let best = argmin(&loss);
     let beta = logistic(&z, y, w, &prior(EXCHANGEABLE_RIDGES[best]), false).beta;
     // The intercept stays as fitted, as `sparse`'s does: several judges' biases, no
     // score's own threshold.
@@ -601,7 +601,7 @@ impl Penalised<'_> {
         let mut f = 0.0;
         for ((row, &yi), &wi) in self.z.iter().zip(self.y).zip(self.w) {
             let s = self.score(row, beta);
-            f += wi * (softplus(s) - yi * s);
+            f += wi * log_loss(s, yi);
         }
         f + 0.5
             * beta
@@ -647,6 +647,17 @@ fn softplus(s: f64) -> f64 {
     if s > 30.0 { s } else { s.exp().ln_1p() }
 }
 
+/// The log-loss of log-odds `s` against label `y` (0 or 1).
+fn log_loss(s: f64, y: f64) -> f64 {
+    softplus(s) - y * s
+}
+
+/// The index of the least value, the first on ties (0 when empty): a cross-validated
+/// setting from its out-of-fold losses.
+fn argmin(v: &[f64]) -> usize {
+    v.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(l, _)| l)
+}
+
 /// The calibrated combination fitted on one calibration sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Calibrated {
@@ -665,7 +676,8 @@ impl Calibrated {
     fn fit_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Self {
         let m = rows.len();
         let folds = fold_of(m, seed);
-        let mut oof = vec![vec![0.0; Candidate::ALL.len()]; m];
+        let members = Candidate::ALL.len();
+        let mut oof = vec![vec![0.0; members]; m];
         for f in 0..FOLDS.min(m) {
             let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
             let (tr, ty, tw) = pick(rows, y, w, &train);
@@ -674,12 +686,11 @@ impl Calibrated {
                 (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
             }
         }
-        let members = Candidate::ALL.len();
         let prior = Prior::ridge(members, STACK_RIDGE, 1e-6).toward(vec![1.0 / members as f64; members]);
         let LogisticFit { beta, intercept_se } = logistic(&oof, y, w, &prior, true);
-        let bias = shrink_intercept(beta[Candidate::ALL.len()], intercept_se);
+        let bias = shrink_intercept(beta[members], intercept_se);
         let mut model = Linear { w: vec![0.0; d.k], label_free: 0.0, bias };
-        let mut stack = Vec::with_capacity(Candidate::ALL.len());
+        let mut stack = Vec::with_capacity(members);
         for (c, cand) in Candidate::ALL.iter().enumerate() {
             if beta[c] > 0.0 {
                 model.add_scaled(&cand.fit(d, rows, y, w, seed), beta[c]);
