@@ -46,7 +46,7 @@ use crate::{CalibrationError, Sample};
 /// +-6.9), so a confident judge does not decide alone by an infinite margin.
 const CLIP: f64 = 1e-3;
 /// Folds of the out-of-fold scores the stack is fitted on.
-const FOLDS: usize = 5;
+pub(crate) const FOLDS: usize = 5;
 /// The ridge of the stack's weights toward the members' plain average (`1 / members`
 /// each), on the summed log-loss: it counts for less as labels grow. 10 and 30 tied on the
 /// tuning juries; the smaller leaves the labels more say.
@@ -425,7 +425,7 @@ fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64
 }
 
 /// The judge whose hard votes agree most with the weighted labels (the first on ties).
-fn picked_judge_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64]) -> usize {
+pub(crate) fn picked_judge_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64]) -> usize {
     let mut best = (0, f64::NEG_INFINITY);
     for k in 0..d.k {
         let acc: f64 = rows
@@ -448,7 +448,7 @@ pub fn picked_judge(d: &LogOdds, sample: &Sample) -> usize {
 }
 
 /// Each labeled example's fitting weight, `1 / pi_i` scaled to mean 1.
-fn weights(sample: &Sample) -> Vec<f64> {
+pub(crate) fn weights(sample: &Sample) -> Vec<f64> {
     let e = sample.expansion();
     let mean = e.iter().sum::<f64>() / e.len() as f64;
     e.iter().map(|v| v / mean).collect()
@@ -721,7 +721,7 @@ pub fn logistic_baseline(d: &LogOdds, sample: &Sample) -> Vec<f64> {
 }
 
 /// Fold of each of `m` rows: a seeded permutation dealt round-robin.
-fn fold_of(m: usize, seed: u64) -> Vec<usize> {
+pub(crate) fn fold_of(m: usize, seed: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..m).collect();
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
     let mut fold = vec![0; m];
