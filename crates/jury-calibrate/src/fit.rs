@@ -31,7 +31,7 @@
 //! costs accuracy wherever examples crowd the threshold. The first four members and
 //! `lda-shrunk`'s weight were chosen on HaluEval-10 and LLMBar; `sparse`, the thresholds'
 //! shrinkage, `exchangeable` and the ridge toward the average came after the report
-//! juries had been seen (docs/reproduction/calibration.md says how).
+//! juries had been seen (docs/reproduction/calibration-choices.md says how).
 
 use jury_core::Judgments;
 use rand::SeedableRng;

@@ -5,7 +5,7 @@
 //! judges' mean probability as `p`, not a model's posterior: Dawid-Skene and CARE put most
 //! examples near 0 or 1, which left the uncertain half of a plan on few examples (the jury's
 //! interval was 0.97-1.24 of its width under uniform labels; with the judges' mean,
-//! 0.97-1.04 on the juries it was chosen on, docs/reproduction/calibration.md). The estimators weigh each
+//! 0.97-1.04 on the juries it was chosen on, docs/reproduction/calibration-choices.md). The estimators weigh each
 //! label by its probability, so the rates stay unbiased whatever `p` is; the even half
 //! bounds every weight.
 

@@ -118,7 +118,7 @@ impl RateEstimates {
             let estimate = rogan_gladen(positive, &votes, &y, &e, None, &mut rng);
             // Each resample picks its own judge, as the labels picked this one: the
             // interval carries the choice's uncertainty too (with the judge held fixed it
-            // covered 89.5-92.5% at 50 labels, docs/reproduction/calibration.md).
+            // covered 89.5-92.5% at 50 labels, docs/reproduction/calibration-choices.md).
             let k = d.n_judges();
             let all_votes: Vec<Vec<f64>> = sample
                 .index()
@@ -153,7 +153,7 @@ impl RateEstimates {
         // by least squares on the labels (PPI++ with several predictors: never wider, up
         // to the degrees of freedom spent, than with either alone). The calibrated stack is
         // not one: fitted on these labels it would need cross-fitting, and its
-        // cross-fitted predictions covered 90-92% at 50 labels (docs/reproduction/calibration.md).
+        // cross-fitted predictions covered 90-92% at 50 labels (docs/reproduction/calibration-choices.md).
         let f: Vec<Vec<f64>> =
             sample.index().iter().zip(&judge_held).map(|(&i, &j)| vec![d.label_free_probability(i), j]).collect();
         let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &e);
