@@ -3,6 +3,8 @@
 //! method's accuracy on the examples outside the set, each estimator's coverage of the
 //! true rate and its width.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::fit::{Calibrated, LogOdds, logistic_baseline, picked_judge};
 use crate::plan::{plan_labels, uniform_sample};
 use crate::rates::{Estimator, RateEstimates};
@@ -86,12 +88,14 @@ pub struct BudgetReplay {
 }
 
 /// Replays `settings` on jury `d` with its true labels `truth` and the label-free
-/// recommended method's hard labels; every budget uniformly, then by plan.
+/// recommended method's hard labels; every budget uniformly, then by plan. `progress`
+/// hears (draws done, draws in all) after each draw, from whichever thread made it.
 pub fn replay(
     d: &LogOdds,
     recommended: &[u8],
     truth: &[u8],
     settings: &ReplaySettings,
+    progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<BudgetReplay>, CalibrationError> {
     let n = d.n_examples();
     if truth.len() != n || recommended.len() != n {
@@ -100,11 +104,17 @@ pub fn replay(
     let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
     let jury = Jury { d, recommended, truth, rate, posterior: d.mean_judge_probabilities() };
     let mut out = Vec::new();
+    let total = settings.budgets.len() * 2 * settings.trials;
+    let done = AtomicUsize::new(0);
     for &budget in &settings.budgets {
         for sampling in [Sampling::Uniform, Sampling::Planned] {
             // Draws are independent and seeded by their index: run on every core, then
             // folded in index order, so the sums do not depend on the number of cores.
-            let draws = jury_core::on_threads(settings.trials, |t| jury.draw(budget, sampling, settings.seed, t));
+            let draws = jury_core::on_threads(settings.trials, |t| {
+                let draw = jury.draw(budget, sampling, settings.seed, t);
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                draw
+            });
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
             let mut covered = [0usize; 4];
             let mut width = [0.0; 4];
@@ -260,7 +270,16 @@ mod tests {
         let lf: Vec<f64> = x.chunks(5).map(|r| 1.0 / (1.0 + (-r.iter().sum::<f64>() / 2.0).exp())).collect();
         let recommended: Vec<u8> = lf.iter().map(|&p| u8::from(p > 0.5)).collect();
         let d = LogOdds::from_dense(n, 5, x, &lf).unwrap();
-        let r = replay(&d, &recommended, &truth, &ReplaySettings { budgets: vec![100], trials: 200, seed: 1 }).unwrap();
+        let heard = AtomicUsize::new(0);
+        let last = AtomicUsize::new(0);
+        let progress = |done: usize, total: usize| {
+            assert_eq!(total, 400);
+            heard.fetch_add(1, Ordering::Relaxed);
+            last.fetch_max(done, Ordering::Relaxed);
+        };
+        let settings = ReplaySettings { budgets: vec![100], trials: 200, seed: 1 };
+        let r = replay(&d, &recommended, &truth, &settings, &progress).unwrap();
+        assert_eq!((heard.into_inner(), last.into_inner()), (400, 400));
         assert_eq!(r.len(), 2);
         for b in &r {
             for (e, s) in &b.estimators {

@@ -181,7 +181,23 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
     let (judgments, labels) = args.files.read()?;
     let labels = labels.with_context(|| format!("reading {}", labels_path.display()))?;
     let settings = jury_study::Settings::new(&jury_study::AggregateOptions { seed: args.seed, ..Default::default() })?;
-    let replay = jury_study::calibration_replay(&judgments, &labels, &settings, &args.budgets, args.trials, args.seed)?;
+    let draws = (args.budgets.len() * 2 * args.trials) as u64;
+    let bar = jury_progress::Progress::new(
+        "calibration replay draws",
+        draws,
+        "{bar:30} {pos}/{len} draws ({per_sec}, ETA {eta})",
+    );
+    let progress = |_: usize, _: usize| bar.inc(1);
+    let replay = jury_study::calibration_replay(
+        &judgments,
+        &labels,
+        &settings,
+        &args.budgets,
+        args.trials,
+        args.seed,
+        &progress,
+    )?;
+    bar.finish_and_clear();
     replay.write(out.staging_dir())?;
     jury_report::write_page(out.staging_dir(), &jury_report::render_calibration(out.staging_dir())?)?;
     out.publish()?;

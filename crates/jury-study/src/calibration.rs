@@ -122,7 +122,7 @@ pub fn label_plan(
 }
 
 /// Replays calibration sets of each budget drawn from `labels` (every example of `j` must
-/// have one), uniformly and by plan.
+/// have one), uniformly and by plan; `progress` hears (draws done, draws in all).
 pub fn calibration_replay(
     j: &Judgments,
     labels: &Labels,
@@ -130,6 +130,7 @@ pub fn calibration_replay(
     budgets: &[usize],
     trials: usize,
     seed: u64,
+    progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<CalibrationReplay, StudyError> {
     for &b in budgets {
         check_budget(b, j)?;
@@ -147,7 +148,7 @@ pub fn calibration_replay(
         .collect::<Result<_, _>>()?;
     let (method, p1, hard) = settings.label_free(j)?;
     let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
-    let r = replay(&d, &hard, &truth, &ReplaySettings { budgets: budgets.to_vec(), trials, seed })
+    let r = replay(&d, &hard, &truth, &ReplaySettings { budgets: budgets.to_vec(), trials, seed }, progress)
         .map_err(calibration_error)?;
     let true_rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / truth.len() as f64;
     Ok(CalibrationReplay {
