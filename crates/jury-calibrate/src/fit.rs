@@ -738,7 +738,8 @@ fn subset(z: &[Vec<f64>], y: &[f64], w: &[f64], which: &[usize]) -> (Vec<Vec<f64
     )
 }
 
-fn pick(rows: &[usize], y: &[f64], w: &[f64], which: &[usize]) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+/// The rows `which` of a labeled sample: their examples, labels and weights.
+pub(crate) fn pick(rows: &[usize], y: &[f64], w: &[f64], which: &[usize]) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
     (
         which.iter().map(|&r| rows[r]).collect(),
         which.iter().map(|&r| y[r]).collect(),

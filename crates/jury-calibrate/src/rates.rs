@@ -28,7 +28,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Beta, Distribution};
 
 use crate::Sample;
-use crate::fit::{FOLDS, LogOdds, fold_of, picked_judge, picked_judge_rows, weights};
+use crate::fit::{FOLDS, LogOdds, fold_of, pick, picked_judge, picked_judge_rows, weights};
 
 const Z95: f64 = 1.959_963_984_540_054;
 /// Bootstrap resamples of the Rogan-Gladen interval.
@@ -304,9 +304,7 @@ fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> (Ve
         if inside.is_empty() {
             continue;
         }
-        let train: Vec<usize> = outside.iter().map(|&r| rows[r]).collect();
-        let ty: Vec<f64> = outside.iter().map(|&r| y[r]).collect();
-        let tw: Vec<f64> = outside.iter().map(|&r| w[r]).collect();
+        let (train, ty, tw) = pick(rows, y, &w, &outside);
         let judge = picked_judge_rows(d, &train, &ty, &tw);
         for &r in &inside {
             held[r] = 1.0 / (1.0 + (-d.get(rows[r], judge)).exp());

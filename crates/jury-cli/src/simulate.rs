@@ -181,13 +181,18 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
     let (judgments, labels) = args.files.read()?;
     let labels = labels.with_context(|| format!("reading {}", labels_path.display()))?;
     let settings = jury_study::Settings::new(&jury_study::AggregateOptions { seed: args.seed, ..Default::default() })?;
-    let draws = (args.budgets.len() * 2 * args.trials) as u64;
-    let bar = jury_progress::Progress::new(
-        "calibration replay draws",
-        draws,
-        "{bar:30} {pos}/{len} draws ({per_sec}, ETA {eta})",
-    );
-    let progress = |_: usize, _: usize| bar.inc(1);
+    // The replay knows how many draws it makes; the bar starts at its first report.
+    let bar = std::sync::OnceLock::new();
+    let progress = |_: usize, total: usize| {
+        bar.get_or_init(|| {
+            jury_progress::Progress::new(
+                "calibration replay draws",
+                total as u64,
+                "{bar:30} {pos}/{len} draws ({per_sec}, ETA {eta})",
+            )
+        })
+        .inc(1);
+    };
     let replay = jury_study::calibration_replay(
         &judgments,
         &labels,
@@ -197,7 +202,9 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
         args.seed,
         &progress,
     )?;
-    bar.finish_and_clear();
+    if let Some(bar) = bar.get() {
+        bar.finish_and_clear();
+    }
     replay.write(out.staging_dir())?;
     jury_report::write_page(out.staging_dir(), &jury_report::render_calibration(out.staging_dir())?)?;
     out.publish()?;
