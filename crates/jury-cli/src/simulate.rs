@@ -201,7 +201,8 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
         args.trials,
         args.seed,
         &progress,
-    )?;
+    )
+    .with_context(|| format!("replaying calibration labels on {}", args.files.judgments.display()))?;
     if let Some(bar) = bar.get() {
         bar.finish_and_clear();
     }

@@ -197,6 +197,7 @@ fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing
     let out = jury(&["label-plan", "--judgments", s(&d.join("judgments.csv")), "--budget", "5000", "--out", s(&plan)]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--budget 5000 is more than the 1500 examples"), "{err}");
+    assert!(err.contains("judgments.csv"), "the error names the file: {err}");
     assert!(!plan.exists());
     let replay = d.join("replay");
     let out = jury(&[
@@ -213,5 +214,6 @@ fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--budget 2000 is more than the 1500 examples"), "{err}");
+    assert!(err.contains("judgments.csv"), "the error names the file: {err}");
     assert!(!replay.exists());
 }
