@@ -338,7 +338,7 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
     let all = Problem { z: &z, y, w, penalised: &penalised };
     let lambdas = penalties(all.lambda_max(), SPARSE_RATIO, SPARSE_PENALTIES);
     let m = rows.len();
-    let folds = fold_of(m, seed);
+    let folds = fold_of(y, seed);
     // Each fold's mean out-of-fold log-loss at each penalty.
     let mut fold_loss = vec![vec![0.0; lambdas.len()]; FOLDS.min(m)];
     for (f, fl) in fold_loss.iter_mut().enumerate() {
@@ -395,7 +395,7 @@ fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64
         .collect();
     let prior = |l2: f64| Prior::ridge(k + 1, l2, 1e-6).free(k);
     let m = rows.len();
-    let folds = fold_of(m, seed);
+    let folds = fold_of(y, seed);
     let mut loss = [0.0; EXCHANGEABLE_RIDGES.len()];
     for f in 0..FOLDS.min(m) {
         let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
@@ -675,7 +675,7 @@ impl Calibrated {
 
     fn fit_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Self {
         let m = rows.len();
-        let folds = fold_of(m, seed);
+        let folds = fold_of(y, seed);
         let members = Candidate::ALL.len();
         let mut oof = vec![vec![0.0; members]; m];
         for f in 0..FOLDS.min(m) {
@@ -720,10 +720,18 @@ pub fn logistic_baseline(d: &LogOdds, sample: &Sample) -> Vec<f64> {
     (0..d.n).map(|i| d.row(i).iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() + beta[d.k]).collect()
 }
 
-/// Fold of each of `m` rows: a seeded permutation dealt round-robin.
-pub(crate) fn fold_of(m: usize, seed: u64) -> Vec<usize> {
+/// Fold of each labeled row, stratified by its label `y`: a seeded permutation with the
+/// positives dealt round-robin first and the negatives continuing the count, so every
+/// fold holds each class's share to within one row. Unstratified folds leave a rare
+/// class out of some fold's training rows when labels are few (2 positives of 10 fall
+/// into one fold one time in five), and every model fitted there then scores that fold
+/// at its clip.
+pub(crate) fn fold_of(y: &[f64], seed: u64) -> Vec<usize> {
+    let m = y.len();
     let mut order: Vec<usize> = (0..m).collect();
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    // Stable: each class keeps the permutation's order.
+    order.sort_by_key(|&r| y[r] <= 0.5);
     let mut fold = vec![0; m];
     order.iter().enumerate().for_each(|(pos, &r)| fold[r] = pos % FOLDS);
     fold
@@ -894,6 +902,21 @@ mod tests {
             } else {
                 // Within se^2 / |b| of the estimate: nearly whole far from 0.
                 proptest::prop_assert!((b - s).abs() <= se * se / b.abs() + 1e-12);
+            }
+        }
+
+        #[test]
+        fn folds_hold_each_class_evenly_and_one_seed_gives_one_split(
+            labels in proptest::collection::vec(0u8..2, 2..300), seed in 0u64..1000,
+        ) {
+            let y: Vec<f64> = labels.iter().map(|&l| f64::from(l)).collect();
+            let folds = fold_of(&y, seed);
+            proptest::prop_assert_eq!(&folds, &fold_of(&y, seed));
+            for class in [0.0, 1.0] {
+                let counts: Vec<usize> =
+                    (0..FOLDS).map(|f| (0..y.len()).filter(|&r| folds[r] == f && y[r] == class).count()).collect();
+                let (lo, hi) = (counts.iter().min().copied(), counts.iter().max().copied());
+                proptest::prop_assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{:?}", counts);
             }
         }
     }

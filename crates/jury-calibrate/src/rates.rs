@@ -296,7 +296,7 @@ fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> (Ve
     let rows = sample.index();
     let w = weights(sample);
     let m = rows.len();
-    let fold = fold_of(m, seed ^ 0x2545_f491);
+    let fold = fold_of(y, seed ^ 0x2545_f491);
     let mut held = vec![0.0; m];
     let mut mean_all = 0.0;
     for f in 0..FOLDS {
