@@ -23,7 +23,10 @@
 //! The stack's weights are a non-negative logistic regression on the six models' 5-fold
 //! out-of-fold scores on the calibration labels (a super learner), ridged toward the
 //! members' plain average: where 100 labels cannot tell the members apart the average
-//! costs least, and the labels move the weights as far as they can. Every setting is
+//! costs least, and the labels move the weights as far as they can. `lda`, `sparse` and
+//! `exchangeable` set a coefficient per judge from the labels, so they join only when
+//! every fit's labels outnumber those coefficients (the judges plus an intercept): with
+//! fewer, the labels fit any of many directions exactly. Every setting is
 //! chosen inside the calibration set. Where a score has a threshold of its own (the
 //! label-free posterior's one half, a judge's, a discriminant's centre, the members'
 //! combined), the intercept the labels fit is shrunk toward it by positive-part
@@ -48,8 +51,9 @@ const CLIP: f64 = 1e-3;
 /// Folds of the out-of-fold scores the stack is fitted on.
 pub(crate) const FOLDS: usize = 5;
 /// The ridge of the stack's weights toward the members' plain average (`1 / members`
-/// each), on the summed log-loss: it counts for less as labels grow. 10 and 30 tied on the
-/// tuning juries; the smaller leaves the labels more say.
+/// each, over the members that join), on the summed log-loss: it counts for less as
+/// labels grow. 10 and 30 tied on the tuning juries; the smaller leaves the labels more
+/// say.
 const STACK_RIDGE: f64 = 10.0;
 /// The weight, in labels, of the label-free class-mean difference in `lda-shrunk`.
 const SHRINK_LABELS: f64 = 300.0;
@@ -255,6 +259,13 @@ impl Candidate {
         Candidate::Sparse,
         Candidate::Exchangeable,
     ];
+
+    /// Whether the labels set one coefficient per judge (the others fit one or two
+    /// numbers, or take their direction from every example: `lda-shrunk`'s is held by
+    /// 300 labels' worth of the label-free posterior's).
+    fn per_judge(self) -> bool {
+        matches!(self, Candidate::Lda | Candidate::Sparse | Candidate::Exchangeable)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -677,16 +688,22 @@ impl Calibrated {
         let m = rows.len();
         let folds = fold_of(y, seed);
         let members = Candidate::ALL.len();
+        // The fewest labels any of the member fits sees: a fold's training rows.
+        let fewest = (0..FOLDS.min(m)).map(|f| folds.iter().filter(|&&g| g != f).count()).min().unwrap_or(0);
+        let joins: Vec<bool> = Candidate::ALL.iter().map(|c| !c.per_judge() || fewest > d.k + 1).collect();
+        let joined = joins.iter().filter(|&&j| j).count();
+        // A member left out scores 0 everywhere and is ridged toward 0, so its weight is 0.
         let mut oof = vec![vec![0.0; members]; m];
         for f in 0..FOLDS.min(m) {
             let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
             let (tr, ty, tw) = pick(rows, y, w, &train);
-            for (c, cand) in Candidate::ALL.iter().enumerate() {
+            for (c, cand) in Candidate::ALL.iter().enumerate().filter(|(c, _)| joins[*c]) {
                 let lin = cand.fit(d, &tr, &ty, &tw, seed);
                 (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
             }
         }
-        let prior = Prior::ridge(members, STACK_RIDGE, 1e-6).toward(vec![1.0 / members as f64; members]);
+        let centre = joins.iter().map(|&j| if j { 1.0 / joined as f64 } else { 0.0 }).collect();
+        let prior = Prior::ridge(members, STACK_RIDGE, 1e-6).toward(centre);
         let LogisticFit { beta, intercept_se } = logistic(&oof, y, w, &prior, true);
         let bias = shrink_intercept(beta[members], intercept_se);
         let mut model = Linear { w: vec![0.0; d.k], label_free: 0.0, bias };
@@ -795,6 +812,28 @@ mod tests {
         assert!(fit.stack.iter().any(|(_, b)| *b > 0.0));
         // Deterministic for a seed.
         assert_eq!(fit, Calibrated::fit(&d, &sample, 7));
+    }
+
+    #[test]
+    fn members_with_a_coefficient_per_judge_join_once_labels_outnumber_them() {
+        let (d, truth) = jury(4000, 3);
+        let per_judge = |fit: &Calibrated| -> Vec<f64> {
+            fit.stack.iter().filter(|(c, _)| c.per_judge()).map(|(_, w)| *w).collect()
+        };
+        // 6 labels, 3 of each class: each fold fits on 4 or 5, no more than 4 judges plus
+        // an intercept.
+        let of = |class: u8| (0..4000).filter(|&i| truth[i] == class).take(3).collect::<Vec<usize>>();
+        let index: Vec<usize> = [of(1), of(0)].concat();
+        let sample = Sample::new(4000, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
+        let few = Calibrated::fit(&d, &sample, 5);
+        assert_eq!(per_judge(&few), vec![0.0; 3], "{:?}", few.stack);
+        assert!(few.stack.iter().any(|(_, w)| *w > 0.0), "{:?}", few.stack);
+        assert!(few.probabilities(&d).iter().all(|p| p.is_finite()));
+        // 200 labels: they join, and the strong judge's weight reaches the stack through them.
+        let index: Vec<usize> = (0..200).collect();
+        let sample = Sample::new(4000, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
+        let many = Calibrated::fit(&d, &sample, 5);
+        assert!(per_judge(&many).iter().any(|&w| w > 0.0), "{:?}", many.stack);
     }
 
     #[test]
