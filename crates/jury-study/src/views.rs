@@ -235,6 +235,15 @@ impl<'a> Study<'a> {
                     .map(|(e, r)| format!("{e} {:.3} [{:.3}, {:.3}]", r.estimate, r.low, r.high))
                     .collect();
                 let _ = writeln!(s, "positive rate, 95% intervals: {}", rates.join("; "));
+                if c.n_calibration < jury_calibrate::FEW_LABELS {
+                    let _ = writeln!(
+                        s,
+                        "note: fewer than {} calibration labels; with so few the calibrated method was replayed \
+                         below the label-free method on most juries (docs/reproduction/calibration.md, \
+                         \"Fewer than 50 labels\")",
+                        jury_calibrate::FEW_LABELS
+                    );
+                }
                 crate::calibration::METHOD
             }
             None => {

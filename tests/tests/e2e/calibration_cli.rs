@@ -102,6 +102,28 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert!(predictions.lines().next().unwrap().contains("calibrated_p"));
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("Positive rate corrected with the calibration labels"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!said.contains("note: fewer than"), "{said}");
+    // Twelve of those labels, six of each class: the headline says they are few.
+    let mut by_id: Vec<(&String, &String)> = t.iter().collect();
+    by_id.sort();
+    let mut few = String::from("example_id,label\n");
+    for class in ["0", "1"] {
+        by_id.iter().filter(|(_, v)| *v == class).take(6).for_each(|(id, v)| few.push_str(&format!("{id},{v}\n")));
+    }
+    let few_path = d.join("few.csv");
+    fs::write(&few_path, few).unwrap();
+    let out = jury(&[
+        "aggregate",
+        "--judgments",
+        s(&d.join("judgments.csv")),
+        "--calibration",
+        s(&few_path),
+        "--out",
+        s(&d.join("out-few")),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("note: fewer than 30 calibration labels"), "{said}");
 }
 
 #[test]
