@@ -35,12 +35,20 @@
 //! `lda-shrunk`'s weight were chosen on HaluEval-10 and LLMBar; `sparse`, the thresholds'
 //! shrinkage, `exchangeable` and the ridge toward the average came after the report
 //! juries had been seen (docs/reproduction/calibration-choices.md says how).
+//!
+//! Before any of it: where every judge casts hard verdicts and every pair of judges agrees
+//! as often as independence given the label-free classes predicts, over enough examples
+//! to have seen a 5-point excess ([`crate::independence`]), the unlabeled data confirm the
+//! label-free model, and the calibrated method is its posterior as it is: each member
+//! fitted on a few labels is a noisier copy of it there (calibration.md, "Simulated
+//! juries"). No real jury of that page passes the check.
 
 use jury_core::Judgments;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::independence::votes_independent_given_class;
 use crate::linalg::{inverse_spd, solve_spd};
 use crate::sparse::{Fit, Problem, penalties};
 use crate::{CalibrationError, Sample};
@@ -79,6 +87,10 @@ pub struct LogOdds {
     /// label-free log-odds: the sparse member's penalty treats the columns on one scale.
     judge_sd: Vec<f64>,
     label_free_sd: f64,
+    /// Whether the judges' hard verdicts are as independent given the label-free classes
+    /// as the label-free model says ([`crate::independence`]): the calibrated method then
+    /// keeps the label-free posterior.
+    label_free_holds: bool,
 }
 
 impl LogOdds {
@@ -131,6 +143,7 @@ impl LogOdds {
             w0 += 1.0 - p;
         }
         let label_free_diff = (0..k).map(|b| s1[b] / w1.max(1e-12) - s0[b] / w0.max(1e-12)).collect();
+        let label_free_holds = votes_independent_given_class(&x, k, logit(1.0, CLIP), label_free);
         let label_free: Vec<f64> = label_free.iter().map(|&p| logit(p, 1e-4)).collect();
         let (mut judge_positive, mut judge_mean) = (vec![0.0; k], vec![0.0; k]);
         for r in x.chunks_exact(k) {
@@ -156,6 +169,7 @@ impl LogOdds {
             label_free_mean,
             judge_sd,
             label_free_sd,
+            label_free_holds,
         })
     }
 
@@ -169,6 +183,13 @@ impl LogOdds {
 
     fn row(&self, i: usize) -> &[f64] {
         &self.x[i * self.k..(i + 1) * self.k]
+    }
+
+    /// Whether the unlabeled judgments confirm the label-free model (hard verdicts of at
+    /// least four judges, every pair agreeing as often as independence given the
+    /// label-free classes predicts), so that the calibrated method keeps its posterior.
+    pub fn label_free_holds(&self) -> bool {
+        self.label_free_holds
     }
 
     /// The label-free recommended method's probability of class 1 for every example.
@@ -673,7 +694,9 @@ fn argmin(v: &[f64]) -> usize {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Calibrated {
     model: Linear,
-    /// Each candidate's weight in the stack, in [`Candidate::ALL`] order.
+    /// Each candidate's weight in the stack, in [`Candidate::ALL`] order; `label-free` 1
+    /// and the rest 0 where the label-free posterior is kept as it is
+    /// ([`LogOdds::label_free_holds`]).
     pub stack: Vec<(Candidate, f64)>,
 }
 
@@ -685,6 +708,9 @@ impl Calibrated {
     }
 
     fn fit_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Self {
+        if d.label_free_holds {
+            return Self::label_free(d);
+        }
         let m = rows.len();
         let folds = fold_of(y, seed);
         let members = Candidate::ALL.len();
@@ -714,6 +740,14 @@ impl Calibrated {
             }
             stack.push((*cand, beta[c]));
         }
+        Calibrated { model, stack }
+    }
+
+    /// The label-free posterior as it is: where the unlabeled judgments confirm its model,
+    /// each member a few labels fit is a noisier copy of it.
+    fn label_free(d: &LogOdds) -> Self {
+        let model = Linear { w: vec![0.0; d.k], label_free: 1.0, bias: 0.0 };
+        let stack = Candidate::ALL.iter().map(|&c| (c, if c == Candidate::LabelFree { 1.0 } else { 0.0 })).collect();
         Calibrated { model, stack }
     }
 
@@ -812,6 +846,38 @@ mod tests {
         assert!(fit.stack.iter().any(|(_, b)| *b > 0.0));
         // Deterministic for a seed.
         assert_eq!(fit, Calibrated::fit(&d, &sample, 7));
+    }
+
+    #[test]
+    fn keeps_the_label_free_posterior_where_hard_votes_are_independent_given_its_classes() {
+        // Five independent judges casting hard votes, the posterior of their exact model.
+        let hard = logit(1.0, CLIP);
+        let (n, acc) = (3000, [0.8, 0.75, 0.7, 0.85, 0.65]);
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let (mut x, mut lf, mut truth) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..n {
+            let t = rng.random::<f64>() < 0.4;
+            let mut lo = (0.4f64 / 0.6).ln();
+            for a in acc {
+                let vote = (rng.random::<f64>() < a) == t;
+                x.push(if vote { hard } else { -hard });
+                lo += if vote { (a / (1.0 - a)).ln() } else { -(a / (1.0 - a)).ln() };
+            }
+            lf.push(sigmoid(lo));
+            truth.push(u8::from(t));
+        }
+        let index: Vec<usize> = (0..100).collect();
+        let sample = Sample::new(n, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
+        let d = LogOdds::from_dense(n, 5, x.clone(), &lf).unwrap();
+        assert!(d.label_free_holds());
+        let fit = Calibrated::fit(&d, &sample, 1);
+        fit.probabilities(&d).iter().zip(&lf).for_each(|(p, q)| assert!((p - q).abs() < 1e-3, "{p} {q}"));
+        // The fifth judge replaced by a copy of the first: the labels decide again.
+        x.chunks_exact_mut(5).for_each(|r| r[4] = r[0]);
+        let d = LogOdds::from_dense(n, 5, x, &lf).unwrap();
+        assert!(!d.label_free_holds());
+        let fit = Calibrated::fit(&d, &sample, 1);
+        assert!(fit.stack.iter().filter(|(c, _)| *c != Candidate::LabelFree).any(|(_, w)| *w > 0.0), "{:?}", fit.stack);
     }
 
     #[test]

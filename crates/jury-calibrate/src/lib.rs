@@ -10,6 +10,7 @@
 //! where every probability is equal.
 
 mod fit;
+mod independence;
 mod linalg;
 mod plan;
 mod rates;

@@ -27,6 +27,10 @@ pub struct ReplayJury {
     /// The positive rate of all labels, which the intervals should cover.
     pub true_rate: f64,
     pub seed: u64,
+    /// Whether the unlabeled votes confirmed the label-free model, so that `calibrated`
+    /// is the label-free posterior as it is in every draw.
+    #[serde(default)]
+    pub label_free_kept: bool,
 }
 
 /// One budget and one way of drawing the calibration sets.
@@ -89,6 +93,10 @@ pub struct CalibrationMetrics {
     pub picked_judge: String,
     /// Each model's weight in the calibrated stack.
     pub stack: Named<f64>,
+    /// Whether the unlabeled votes confirmed the label-free model, so that the calibrated
+    /// method is the label-free posterior as it is (`stack`: label-free 1, the rest 0).
+    #[serde(default)]
+    pub label_free_kept: bool,
     /// The positive-class rate (the win rate of a pairwise set) four ways:
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub rates: Named<RateInterval>,

@@ -211,9 +211,20 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             ),
         ));
         let stack: Vec<String> = c.stack.0.iter().map(|(m, w)| format!("{m} {w:.2}")).collect();
+        let kept = if c.label_free_kept {
+            "; the judges' votes are as independent given its classes as its model says, so `calibrated` keeps \
+             its posterior as it is"
+        } else {
+            ""
+        };
         facts.push((
             "calibrated stack".to_owned(),
-            format!("{} (label-free: {}; picked judge: {})", stack.join(", "), c.label_free_method, c.picked_judge),
+            format!(
+                "{} (label-free: {}{kept}; picked judge: {})",
+                stack.join(", "),
+                c.label_free_method,
+                c.picked_judge
+            ),
         ));
     }
     if let Some(a) = &metrics.agreement {

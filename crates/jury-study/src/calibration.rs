@@ -94,6 +94,7 @@ pub(crate) fn calibrate(
         label_free_method: method.to_owned(),
         picked_judge: j.judge_names()[rates.picked_judge].clone(),
         stack: Named(fit.stack.iter().map(|(c, w)| (Candidate::name(*c).to_owned(), *w)).collect()),
+        label_free_kept: d.label_free_holds(),
         rates: Named(
             rates
                 .intervals
@@ -183,6 +184,7 @@ pub fn calibration_replay(
             recommended_method: method.to_owned(),
             true_rate,
             seed,
+            label_free_kept: d.label_free_holds(),
         },
     })
 }
