@@ -126,6 +126,62 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert!(out.status.success() && said.contains("note: fewer than 30 calibration labels"), "{said}");
 }
 
+/// Five judges casting hard verdicts independently given the truth: the unlabeled votes
+/// confirm the label-free model, and the calibrated method keeps its posterior as it is.
+#[test]
+fn hard_independent_votes_keep_the_label_free_posterior() {
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let acc = [0.85, 0.8, 0.75, 0.7, 0.65];
+    let (mut judgments, mut labels, mut cal) =
+        ("example_id,judge,p\n".to_owned(), "example_id,label\n".to_owned(), "example_id,label\n".to_owned());
+    for i in 0..3000 {
+        let t = u8::from(rng.random::<f64>() < 0.4);
+        for (j, a) in acc.iter().enumerate() {
+            let vote = if rng.random::<f64>() < *a { t } else { 1 - t };
+            judgments.push_str(&format!("x{i},j{j},{vote}\n"));
+        }
+        labels.push_str(&format!("x{i},{t}\n"));
+        if i < 100 {
+            cal.push_str(&format!("x{i},{t}\n"));
+        }
+    }
+    fs::write(d.join("judgments.csv"), judgments).unwrap();
+    fs::write(d.join("labels.csv"), labels).unwrap();
+    fs::write(d.join("calibration.csv"), cal).unwrap();
+    let out_dir = d.join("out");
+    let out = jury(&[
+        "aggregate",
+        "--judgments",
+        s(&d.join("judgments.csv")),
+        "--labels",
+        s(&d.join("labels.csv")),
+        "--calibration",
+        s(&d.join("calibration.csv")),
+        "--out",
+        s(&out_dir),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    let c = &m["calibration"];
+    assert_eq!(c["label_free_kept"], true, "{c}");
+    assert_eq!(c["stack"]["label-free"], 1.0, "{c}");
+    let method = c["label_free_method"].as_str().unwrap();
+    let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
+    let header: Vec<&str> = predictions.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("{name} in {header:?}"));
+    let (lf, calibrated) = (col(&format!("{method}_p")), col("calibrated_p"));
+    for line in predictions.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (a, b): (f64, f64) = (f[lf].parse().unwrap(), f[calibrated].parse().unwrap());
+        assert!((a - b).abs() < 1e-3, "{line}");
+    }
+    let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(report.contains("keeps its posterior as it is"));
+}
+
 #[test]
 fn replay_writes_calibration_json_in_its_contract_shape() {
     let dir = tempfile::tempdir().unwrap();
