@@ -32,6 +32,20 @@ fn truth(dir: &Path) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// `jury aggregate` of `dir`'s judgments.csv and labels.csv with `calibration`, `extra`
+/// flags, into `dir/out`: that folder's metrics.json and what the command printed.
+fn aggregate_calibrated(dir: &Path, calibration: &Path, extra: &[&str]) -> (Value, String) {
+    let out_dir = dir.join("out");
+    let (judgments, labels) = (dir.join("judgments.csv"), dir.join("labels.csv"));
+    let mut args = vec!["aggregate", "--judgments", s(&judgments), "--labels", s(&labels)];
+    args.extend(["--calibration", s(calibration), "--out", s(&out_dir)]);
+    args.extend(extra);
+    let out = jury(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let metrics = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    (metrics, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 #[test]
 fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     let dir = tempfile::tempdir().unwrap();
@@ -63,21 +77,7 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     let cal = d.join("calibration.csv");
     fs::write(&cal, labeled).unwrap();
     let out_dir = d.join("out");
-    let out = jury(&[
-        "aggregate",
-        "--judgments",
-        s(&d.join("judgments.csv")),
-        "--labels",
-        s(&d.join("labels.csv")),
-        "--calibration",
-        s(&cal),
-        "--methods",
-        "recommended,mv",
-        "--out",
-        s(&out_dir),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    let (m, said) = aggregate_calibrated(d, &cal, &["--methods", "recommended,mv"]);
     assert_eq!(m["recommended_method"], "calibrated");
     let c = &m["calibration"];
     assert_eq!(c["n_calibration"], 120);
@@ -102,7 +102,6 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert!(predictions.lines().next().unwrap().contains("calibrated_p"));
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("Positive rate corrected with the calibration labels"));
-    let said = String::from_utf8_lossy(&out.stdout);
     assert!(!said.contains("note: fewer than"), "{said}");
     // Twelve of those labels, six of each class: the headline says they are few.
     let mut by_id: Vec<(&String, &String)> = t.iter().collect();
@@ -152,19 +151,7 @@ fn hard_independent_votes_keep_the_label_free_posterior() {
     fs::write(d.join("labels.csv"), labels).unwrap();
     fs::write(d.join("calibration.csv"), cal).unwrap();
     let out_dir = d.join("out");
-    let out = jury(&[
-        "aggregate",
-        "--judgments",
-        s(&d.join("judgments.csv")),
-        "--labels",
-        s(&d.join("labels.csv")),
-        "--calibration",
-        s(&d.join("calibration.csv")),
-        "--out",
-        s(&out_dir),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let m: Value = serde_json::from_str(&fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    let (m, _) = aggregate_calibrated(d, &d.join("calibration.csv"), &[]);
     let c = &m["calibration"];
     assert_eq!(c["label_free_kept"], true, "{c}");
     assert_eq!(c["stack"]["label-free"], 1.0, "{c}");
