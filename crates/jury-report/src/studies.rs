@@ -343,6 +343,16 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
             ("examples".to_owned(), r.jury.n_examples.to_string()),
             ("judges".to_owned(), r.jury.n_judges.to_string()),
             ("label-free recommended method".to_owned(), r.jury.recommended_method.clone()),
+            (
+                "calibrated method".to_owned(),
+                if r.jury.label_free_kept {
+                    "the label-free posterior as it is: the judges' votes are as independent given its classes as its \
+                     model says"
+                } else {
+                    "the stack, fitted on each draw's labels"
+                }
+                .to_owned(),
+            ),
             ("seed".to_owned(), r.jury.seed.to_string()),
             ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
         ],

@@ -46,6 +46,17 @@ fn aggregate_calibrated(dir: &Path, calibration: &Path, extra: &[&str]) -> (Valu
     (metrics, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `jury simulate calibration` of `dir`'s judgments.csv and labels.csv at `budgets` with
+/// `trials` draws into `out_dir`: the command line, so a test can run it again.
+fn replay_args(dir: &Path, budgets: &str, trials: &str, out_dir: &Path) -> Vec<String> {
+    let (judgments, labels) = (dir.join("judgments.csv"), dir.join("labels.csv"));
+    ["simulate", "calibration", "--judgments", s(&judgments), "--labels", s(&labels)]
+        .into_iter()
+        .chain(["--budget", budgets, "--trials", trials, "--out", s(out_dir)])
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
 fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     let dir = tempfile::tempdir().unwrap();
@@ -167,6 +178,14 @@ fn hard_independent_votes_keep_the_label_free_posterior() {
     }
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("keeps its posterior as it is"));
+    // The replay says so too.
+    let replay = d.join("replay");
+    let args = replay_args(d, "50", "2", &replay);
+    let out = jury(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_str(&fs::read_to_string(replay.join("calibration.json")).unwrap()).unwrap();
+    assert_eq!(r["jury"]["label_free_kept"], true);
+    assert!(fs::read_to_string(replay.join("report.html")).unwrap().contains("the label-free posterior as it is"));
 }
 
 #[test]
@@ -175,27 +194,18 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
     let d = dir.path();
     simulated(d);
     let out_dir = d.join("replay");
-    let (judgments, labels) = (d.join("judgments.csv"), d.join("labels.csv"));
-    let args = [
-        "simulate",
-        "calibration",
-        "--judgments",
-        s(&judgments),
-        "--labels",
-        s(&labels),
-        "--budget",
-        "50,100",
-        "--trials",
-        "20",
-        "--out",
-        s(&out_dir),
-    ];
+    let owned = replay_args(d, "50,100", "20", &out_dir);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
     let out = jury(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = fs::read_to_string(out_dir.join("calibration.json")).unwrap();
     let r: Value = serde_json::from_str(&text).unwrap();
     let budgets = r["budgets"].as_array().unwrap();
     assert_eq!(budgets.len(), 4);
+    // Soft judgments: the label-free posterior is never kept as it is.
+    assert_eq!(r["jury"]["label_free_kept"], false);
+    let page = fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(page.contains("the stack, fitted on each draw"));
     for b in budgets {
         assert!(b["budget"] == 50 || b["budget"] == 100);
         assert!(b["sampling"] == "uniform" || b["sampling"] == "planned");
