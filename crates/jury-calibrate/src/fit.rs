@@ -851,21 +851,9 @@ mod tests {
     #[test]
     fn keeps_the_label_free_posterior_where_hard_votes_are_independent_given_its_classes() {
         // Five independent judges casting hard votes, the posterior of their exact model.
-        let hard = logit(1.0, CLIP);
-        let (n, acc) = (3000, [0.8, 0.75, 0.7, 0.85, 0.65]);
-        let mut rng = ChaCha8Rng::seed_from_u64(4);
-        let (mut x, mut lf, mut truth) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..n {
-            let t = rng.random::<f64>() < 0.4;
-            let mut lo = (0.4f64 / 0.6).ln();
-            for a in acc {
-                let vote = (rng.random::<f64>() < a) == t;
-                x.push(if vote { hard } else { -hard });
-                lo += if vote { (a / (1.0 - a)).ln() } else { -(a / (1.0 - a)).ln() };
-            }
-            lf.push(sigmoid(lo));
-            truth.push(u8::from(t));
-        }
+        let n = 3000;
+        let (mut x, lf, truth) =
+            crate::independence::tests::hard_jury(n, &[0.8, 0.75, 0.7, 0.85, 0.65], &[None; 5], logit(1.0, CLIP), 4);
         let index: Vec<usize> = (0..100).collect();
         let sample = Sample::new(n, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
         let d = LogOdds::from_dense(n, 5, x.clone(), &lf).unwrap();

@@ -85,19 +85,26 @@ fn erfc(x: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
     const HARD: f64 = 6.9;
 
-    /// Hard votes of `acc.len()` judges on `n` examples, judge `copy_of[j]` copied by judge
-    /// `j` when set, with the exact posterior of independent judges.
-    fn jury(n: usize, acc: &[f64], copy_of: &[Option<usize>], seed: u64) -> (Vec<f64>, Vec<f64>) {
+    /// Hard votes (log-odds +-`hard`) of `acc.len()` judges on `n` examples, judge
+    /// `copy_of[j]` copied by judge `j` when set, with the exact posterior of independent
+    /// judges and the truth (class 1 four times in ten).
+    pub(crate) fn hard_jury(
+        n: usize,
+        acc: &[f64],
+        copy_of: &[Option<usize>],
+        hard: f64,
+        seed: u64,
+    ) -> (Vec<f64>, Vec<f64>, Vec<u8>) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let k = acc.len();
-        let (mut x, mut post) = (Vec::with_capacity(n * k), Vec::with_capacity(n));
+        let (mut x, mut post, mut truth) = (Vec::with_capacity(n * k), Vec::with_capacity(n), Vec::with_capacity(n));
         for _ in 0..n {
             let t = rng.random::<f64>() < 0.4;
             let mut row = vec![0.0; k];
@@ -106,7 +113,7 @@ mod tests {
                     Some(c) => row[c] > 0.0,
                     None => (rng.random::<f64>() < acc[j]) == t,
                 };
-                row[j] = if vote { HARD } else { -HARD };
+                row[j] = if vote { hard } else { -hard };
             }
             let mut lo = (0.4f64 / 0.6).ln();
             for j in 0..k {
@@ -114,8 +121,14 @@ mod tests {
                 lo += if row[j] > 0.0 { w } else { -w };
             }
             post.push(1.0 / (1.0 + (-lo).exp()));
+            truth.push(u8::from(t));
             x.extend(row);
         }
+        (x, post, truth)
+    }
+
+    fn jury(n: usize, acc: &[f64], copy_of: &[Option<usize>], seed: u64) -> (Vec<f64>, Vec<f64>) {
+        let (x, post, _) = hard_jury(n, acc, copy_of, HARD, seed);
         (x, post)
     }
 
