@@ -41,7 +41,9 @@
 //! to have seen a 5-point excess ([`crate::independence`]), the unlabeled data confirm the
 //! label-free model, and the calibrated method is its posterior as it is: each member
 //! fitted on a few labels is a noisier copy of it there (calibration.md, "Simulated
-//! juries"). No real jury of that page passes the check.
+//! juries"). No real jury of that page passes the check. The votes confirm the model only
+//! up to the names of its two classes, so the labels name them: the posterior, or its
+//! complement where that is likelier on them.
 
 use jury_core::Judgments;
 use rand::SeedableRng;
@@ -89,7 +91,7 @@ pub struct LogOdds {
     label_free_sd: f64,
     /// Whether the judges' hard verdicts are as independent given the label-free classes
     /// as the label-free model says ([`crate::independence`]): the calibrated method then
-    /// keeps the label-free posterior.
+    /// keeps the label-free posterior, its classes named by the labels.
     label_free_holds: bool,
 }
 
@@ -187,7 +189,8 @@ impl LogOdds {
 
     /// Whether the unlabeled judgments confirm the label-free model (hard verdicts of at
     /// least four judges, every pair agreeing as often as independence given the
-    /// label-free classes predicts), so that the calibrated method keeps its posterior.
+    /// label-free classes predicts), so that the calibrated method keeps its posterior
+    /// (its classes named by the labels).
     pub fn label_free_holds(&self) -> bool {
         self.label_free_holds
     }
@@ -698,6 +701,8 @@ pub struct Calibrated {
     /// and the rest 0 where the label-free posterior is kept as it is
     /// ([`LogOdds::label_free_holds`]).
     pub stack: Vec<(Candidate, f64)>,
+    /// Where the label-free posterior is kept: whether its classes are swapped.
+    label_free: Option<bool>,
 }
 
 impl Calibrated {
@@ -709,7 +714,7 @@ impl Calibrated {
 
     fn fit_rows(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Self {
         if d.label_free_holds {
-            return Self::label_free(d);
+            return Self::label_free(d, labels_swap_label_free(d, rows, y, w));
         }
         let m = rows.len();
         let folds = fold_of(y, seed);
@@ -740,15 +745,27 @@ impl Calibrated {
             }
             stack.push((*cand, beta[c]));
         }
-        Calibrated { model, stack }
+        Calibrated { model, stack, label_free: None }
     }
 
-    /// The label-free posterior as it is: where the unlabeled judgments confirm its model,
-    /// each member a few labels fit is a noisier copy of it.
-    fn label_free(d: &LogOdds) -> Self {
-        let model = Linear { w: vec![0.0; d.k], label_free: 1.0, bias: 0.0 };
+    /// The label-free posterior as it is, or with its classes swapped: where the unlabeled
+    /// judgments confirm its model, each member a few labels fit is a noisier copy of it.
+    fn label_free(d: &LogOdds, swapped: bool) -> Self {
+        let model = Linear { w: vec![0.0; d.k], label_free: if swapped { -1.0 } else { 1.0 }, bias: 0.0 };
         let stack = Candidate::ALL.iter().map(|&c| (c, if c == Candidate::LabelFree { 1.0 } else { 0.0 })).collect();
-        Calibrated { model, stack }
+        Calibrated { model, stack, label_free: Some(swapped) }
+    }
+
+    /// Whether this is the label-free posterior itself (its classes perhaps swapped), not
+    /// the stack.
+    pub fn label_free_kept(&self) -> bool {
+        self.label_free.is_some()
+    }
+
+    /// Whether the labels named the label-free posterior's classes the other way round, so
+    /// that this is its complement.
+    pub fn label_free_swapped(&self) -> bool {
+        self.label_free == Some(true)
     }
 
     /// The probability of class 1 for example `i`.
@@ -760,6 +777,19 @@ impl Calibrated {
     pub fn probabilities(&self, d: &LogOdds) -> Vec<f64> {
         (0..d.n).map(|i| self.probability(d, i)).collect()
     }
+}
+
+/// Whether the labels take the label-free posterior's class 1 for their 0: the
+/// complement has the greater likelihood on them (weighted; a tie keeps the classes).
+/// The unlabeled votes can confirm the label-free model but, as any latent-class model,
+/// only up to the names of its classes: a question asked the other way round, or a latent
+/// class every judge answers that runs against the label, give the same votes. The labels
+/// name them, and nothing else about the posterior is theirs to change.
+fn labels_swap_label_free(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64]) -> bool {
+    let loss = |sign: f64| -> f64 {
+        rows.iter().zip(y).zip(w).map(|((&i, &yi), &wi)| wi * log_loss(sign * d.label_free[i], yi)).sum()
+    };
+    loss(-1.0) < loss(1.0)
 }
 
 /// Ridge logistic regression on the judges' log-odds fitted on the same labels (the
@@ -866,6 +896,31 @@ mod tests {
         assert!(!d.label_free_holds());
         let fit = Calibrated::fit(&d, &sample, 1);
         assert!(fit.stack.iter().filter(|(c, _)| *c != Candidate::LabelFree).any(|(_, w)| *w > 0.0), "{:?}", fit.stack);
+    }
+
+    #[test]
+    fn the_labels_name_the_classes_of_a_label_free_posterior_kept() {
+        // Independent hard votes confirm the label-free model, but the labels' 1 is the
+        // judges' No (a question asked the other way round): the posterior is right about
+        // the votes and has the labels' classes the wrong way round.
+        let n = 3000;
+        let (x, lf, truth) =
+            crate::independence::tests::hard_jury(n, &[0.8, 0.75, 0.7, 0.85, 0.65], &[None; 5], logit(1.0, CLIP), 4);
+        let d = LogOdds::from_dense(n, 5, x, &lf).unwrap();
+        assert!(d.label_free_holds());
+        let index: Vec<usize> = (0..100).collect();
+        let flipped: Vec<u8> = truth.iter().map(|&t| 1 - t).collect();
+        let sample = Sample::new(n, index.clone(), index.iter().map(|&i| flipped[i]).collect(), None).unwrap();
+        let fit = Calibrated::fit(&d, &sample, 1);
+        assert!(fit.label_free_kept() && fit.label_free_swapped());
+        fit.probabilities(&d).iter().zip(&lf).for_each(|(p, q)| assert!((p + q - 1.0).abs() < 1e-3, "{p} {q}"));
+        let right =
+            |p: &[f64]| (100..n).filter(|&i| (p[i] > 0.5) == (flipped[i] == 1)).count() as f64 / (n - 100) as f64;
+        assert!(right(&lf) < 0.15 && right(&fit.probabilities(&d)) > 0.85, "{}", right(&lf));
+        // The labels as the votes mean them: the posterior as it is.
+        let sample = Sample::new(n, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
+        let fit = Calibrated::fit(&d, &sample, 1);
+        assert!(fit.label_free_kept() && !fit.label_free_swapped());
     }
 
     #[test]

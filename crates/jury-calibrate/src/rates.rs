@@ -214,7 +214,9 @@ fn mean_var(t: &[f64]) -> (f64, f64) {
 
 /// The Rogan-Gladen corrected rate from the judge's positive rate over every example and
 /// its weighted sensitivity and specificity on the labels (or on the resample `draw`);
-/// the apparent rate when the judge is no better than chance on them.
+/// the apparent rate when they sum to 1 (the judge's votes say nothing of the label).
+/// Below 1 the judge answers the other way round (its Yes is the labels' 0: every judge
+/// of a jury asked the question the other way round), and the same formula inverts it.
 ///
 /// A resample in which the judge gets every example of a class right (or every one
 /// wrong) cannot show that class's error rate, and the percentile bootstrap then has no
@@ -256,7 +258,7 @@ fn rogan_gladen(
     let sens = rate(tp, p);
     let spec = rate(tn, q);
     let j = sens + spec - 1.0;
-    if j <= 1e-9 { positive } else { ((positive + spec - 1.0) / j).clamp(0.0, 1.0) }
+    if j.abs() <= 1e-9 { positive } else { ((positive + spec - 1.0) / j).clamp(0.0, 1.0) }
 }
 
 /// The Jeffreys posterior of a rate after `right` successes and `wrong` failures.
@@ -443,6 +445,11 @@ mod tests {
             votes.push(if k < 1 { 1.0 } else { 0.0 });
         }
         let r = rogan_gladen(0.31, &votes, &y, &[1.0; 20], None, &mut ChaCha8Rng::seed_from_u64(0));
+        assert!((r - 0.3).abs() < 1e-12, "{r}");
+        // The same judge with its votes the other way round (sensitivity 0.2, specificity
+        // 0.1, apparent rate 0.2 * 0.3 + 0.9 * 0.7 = 0.69): still 0.3.
+        let flipped: Vec<f64> = votes.iter().map(|v| 1.0 - v).collect();
+        let r = rogan_gladen(0.69, &flipped, &y, &[1.0; 20], None, &mut ChaCha8Rng::seed_from_u64(0));
         assert!((r - 0.3).abs() < 1e-12, "{r}");
     }
 

@@ -83,6 +83,9 @@ pub struct BudgetReplay {
     pub trials: usize,
     /// Draws that held one class only and were drawn again.
     pub redrawn: usize,
+    /// Draws whose labels swapped the classes of the label-free posterior the calibrated
+    /// method kept.
+    pub label_free_swapped: usize,
     pub methods: Vec<(ReplayMethod, MethodAccuracy)>,
     pub estimators: Vec<(Estimator, EstimatorSummary)>,
 }
@@ -118,7 +121,7 @@ pub fn replay(
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
             let mut covered = [0usize; 4];
             let mut width = [0.0; 4];
-            let mut redrawn = 0;
+            let (mut redrawn, mut label_free_swapped) = (0, 0);
             for outcome in draws {
                 let outcome = outcome?;
                 acc.iter_mut().zip(outcome.accuracy).for_each(|(a, v)| a.push(v));
@@ -127,6 +130,7 @@ pub fn replay(
                     width[e] += outcome.width[e];
                 }
                 redrawn += outcome.redrawn;
+                label_free_swapped += usize::from(outcome.label_free_swapped);
             }
             let trials = settings.trials.max(1) as f64;
             out.push(BudgetReplay {
@@ -134,6 +138,7 @@ pub fn replay(
                 sampling,
                 trials: settings.trials,
                 redrawn,
+                label_free_swapped,
                 methods: ReplayMethod::ALL.iter().zip(acc).map(|(&m, a)| (m, summarise(a))).collect(),
                 estimators: Estimator::ALL
                     .iter()
@@ -150,13 +155,15 @@ pub fn replay(
 
 /// What one draw of a calibration sample gives: each method's accuracy on the rest (in
 /// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
-/// and its width (in [`Estimator::ALL`] order), and how many draws with one class only
-/// were redrawn before it.
+/// and its width (in [`Estimator::ALL`] order), how many draws with one class only
+/// were redrawn before it, and whether its labels swapped the classes of a label-free
+/// posterior kept.
 struct Draw {
     accuracy: [f64; 4],
     covered: [bool; 4],
     width: [f64; 4],
     redrawn: usize,
+    label_free_swapped: bool,
 }
 
 /// The fully labeled jury a replay draws from: its log-odds, the label-free method's
@@ -216,7 +223,8 @@ impl Jury<'_> {
             covered[e] = interval.covers(rate);
             width[e] = interval.width();
         }
-        Ok(Draw { accuracy, covered, width, redrawn: attempt as usize })
+        let label_free_swapped = fit.label_free_swapped();
+        Ok(Draw { accuracy, covered, width, redrawn: attempt as usize, label_free_swapped })
     }
 }
 

@@ -28,7 +28,8 @@ pub struct ReplayJury {
     pub true_rate: f64,
     pub seed: u64,
     /// Whether the unlabeled votes confirmed the label-free model, so that `calibrated`
-    /// is the label-free posterior as it is in every draw.
+    /// is the label-free posterior in every draw, its classes named by the draw's labels
+    /// (each budget's `label_free_swapped` counts the draws that swapped them).
     #[serde(default)]
     pub label_free_kept: bool,
 }
@@ -43,6 +44,10 @@ pub struct ReplayBudget {
     /// Draws that held one class only and were drawn again.
     #[serde(default)]
     pub redrawn: usize,
+    /// Draws whose labels named the kept label-free posterior's classes the other way
+    /// round, so that `calibrated` was its complement.
+    #[serde(default)]
+    pub label_free_swapped: usize,
     /// `calibrated`, `recommended`, `picked-judge`, `logistic`.
     pub methods: Named<ReplayAccuracy>,
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
@@ -97,6 +102,10 @@ pub struct CalibrationMetrics {
     /// method is the label-free posterior as it is (`stack`: label-free 1, the rest 0).
     #[serde(default)]
     pub label_free_kept: bool,
+    /// Whether the calibration labels named the kept posterior's classes the other way
+    /// round (their 1 is its class 0), so that the calibrated method is its complement.
+    #[serde(default)]
+    pub label_free_swapped: bool,
     /// The positive-class rate (the win rate of a pairwise set) four ways:
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub rates: Named<RateInterval>,

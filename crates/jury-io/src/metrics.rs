@@ -446,6 +446,7 @@ mod tests {
                 picked_judge: "a".into(),
                 stack: named(vec![("label-free", 0.5), ("lda", 0.0)]),
                 label_free_kept: false,
+                label_free_swapped: false,
                 rates: named(vec![("ppi-jury", crate::RateInterval { estimate: 0.4, low: 0.3, high: 0.5 })]),
             }),
             judges: named(vec![("a", JudgeMetrics { accuracy: Some(0.6), coverage: 1.0 })]),

@@ -211,11 +211,16 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             ),
         ));
         let stack: Vec<String> = c.stack.0.iter().map(|(m, w)| format!("{m} {w:.2}")).collect();
-        let kept = if c.label_free_kept {
-            "; the judges' votes are as independent given its classes as its model says, so `calibrated` keeps \
-             its posterior as it is"
-        } else {
-            ""
+        let kept = match (c.label_free_kept, c.label_free_swapped) {
+            (true, false) => {
+                "; the judges' votes are as independent given its classes as its model says, so `calibrated` keeps \
+                 its posterior as it is"
+            }
+            (true, true) => {
+                "; the judges' votes are as independent given its classes as its model says, so `calibrated` keeps \
+                 its posterior, with its classes swapped: the calibration labels' 1 is its class 0"
+            }
+            (false, _) => "",
         };
         facts.push((
             "calibrated stack".to_owned(),

@@ -343,16 +343,7 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
             ("examples".to_owned(), r.jury.n_examples.to_string()),
             ("judges".to_owned(), r.jury.n_judges.to_string()),
             ("label-free recommended method".to_owned(), r.jury.recommended_method.clone()),
-            (
-                "calibrated method".to_owned(),
-                if r.jury.label_free_kept {
-                    "the label-free posterior as it is: the judges' votes are as independent given its classes as its \
-                     model says"
-                } else {
-                    "the stack, fitted on each draw's labels"
-                }
-                .to_owned(),
-            ),
+            ("calibrated method".to_owned(), calibrated_method(&r)),
             ("seed".to_owned(), r.jury.seed.to_string()),
             ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
         ],
@@ -365,4 +356,18 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
         coverage,
         chart,
     })
+}
+
+/// What the replay's calibrated method was: the stack fitted on each draw's labels, or the
+/// label-free posterior with its classes named by them.
+fn calibrated_method(r: &jury_io::CalibrationReplay) -> String {
+    if !r.jury.label_free_kept {
+        return "the stack, fitted on each draw's labels".to_owned();
+    }
+    let swapped: usize = r.budgets.iter().map(|b| b.label_free_swapped).sum();
+    let draws: usize = r.budgets.iter().map(|b| b.trials).sum();
+    format!(
+        "the label-free posterior as it is: the judges' votes are as independent given its classes as its model \
+         says (each draw's labels name its classes; swapped in {swapped} of {draws} draws)"
+    )
 }

@@ -94,7 +94,8 @@ pub(crate) fn calibrate(
         label_free_method: method.to_owned(),
         picked_judge: j.judge_names()[rates.picked_judge].clone(),
         stack: Named(fit.stack.iter().map(|(c, w)| (Candidate::name(*c).to_owned(), *w)).collect()),
-        label_free_kept: d.label_free_holds(),
+        label_free_kept: fit.label_free_kept(),
+        label_free_swapped: fit.label_free_swapped(),
         rates: Named(
             rates
                 .intervals
@@ -160,6 +161,7 @@ pub fn calibration_replay(
                 sampling: b.sampling.name().to_owned(),
                 trials: b.trials,
                 redrawn: b.redrawn,
+                label_free_swapped: b.label_free_swapped,
                 methods: Named(
                     b.methods
                         .iter()

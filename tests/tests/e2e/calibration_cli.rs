@@ -147,6 +147,7 @@ fn hard_independent_votes_keep_the_label_free_posterior() {
     let acc = [0.85, 0.8, 0.75, 0.7, 0.65];
     let (mut judgments, mut labels, mut cal) =
         ("example_id,judge,p\n".to_owned(), "example_id,label\n".to_owned(), "example_id,label\n".to_owned());
+    let (mut flipped, mut flipped_cal) = ("example_id,label\n".to_owned(), "example_id,label\n".to_owned());
     for i in 0..3000 {
         let t = u8::from(rng.random::<f64>() < 0.4);
         for (j, a) in acc.iter().enumerate() {
@@ -154,8 +155,10 @@ fn hard_independent_votes_keep_the_label_free_posterior() {
             judgments.push_str(&format!("x{i},j{j},{vote}\n"));
         }
         labels.push_str(&format!("x{i},{t}\n"));
+        flipped.push_str(&format!("x{i},{}\n", 1 - t));
         if i < 100 {
             cal.push_str(&format!("x{i},{t}\n"));
+            flipped_cal.push_str(&format!("x{i},{}\n", 1 - t));
         }
     }
     fs::write(d.join("judgments.csv"), judgments).unwrap();
@@ -185,7 +188,24 @@ fn hard_independent_votes_keep_the_label_free_posterior() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_str(&fs::read_to_string(replay.join("calibration.json")).unwrap()).unwrap();
     assert_eq!(r["jury"]["label_free_kept"], true);
-    assert!(fs::read_to_string(replay.join("report.html")).unwrap().contains("the label-free posterior as it is"));
+    assert!(r["budgets"].as_array().unwrap().iter().all(|b| b["label_free_swapped"] == 0), "{r}");
+    let page = fs::read_to_string(replay.join("report.html")).unwrap();
+    assert!(page.contains("the label-free posterior as it is") && page.contains("swapped in 0 of 4 draws"));
+
+    // The same votes, labels whose 1 is the judges' No (the question asked the other way
+    // round): the votes confirm the label-free model all the same, and only the labels
+    // can say that its class 1 is their 0.
+    let flip = tempfile::tempdir().unwrap();
+    let f = flip.path();
+    fs::copy(d.join("judgments.csv"), f.join("judgments.csv")).unwrap();
+    fs::write(f.join("labels.csv"), flipped).unwrap();
+    fs::write(f.join("calibration.csv"), flipped_cal).unwrap();
+    let (m, _) = aggregate_calibrated(f, &f.join("calibration.csv"), &[]);
+    let c = &m["calibration"];
+    assert_eq!((&c["label_free_kept"], &c["label_free_swapped"]), (&Value::Bool(true), &Value::Bool(true)), "{c}");
+    let (calibrated, label_free) = (&m["methods"]["calibrated"]["accuracy"], &m["methods"][method]["accuracy"]);
+    assert!(calibrated.as_f64().unwrap() > 0.85 && label_free.as_f64().unwrap() < 0.15, "{calibrated} {label_free}");
+    assert!(fs::read_to_string(f.join("out/report.html")).unwrap().contains("with its classes swapped"));
 }
 
 #[test]
