@@ -119,10 +119,10 @@ impl RateEstimates {
             // answers on the labels is the one whose errors they undercount, and at a low
             // positive rate (mostly specificity) that biased the corrected rate up and the
             // interval covered 57.5-89% (docs/reproduction/calibration-choices.md, "Rare
-            // positives"). Each resample picks its folds' judges again, so the interval
-            // carries the choice's uncertainty too (with one judge held fixed it covered
-            // 89.5-92.5% at 50 labels); a row keeps its fold in every resample, so no copy
-            // of it both picks a judge and counts that judge's errors.
+            // positives"). Each resample deals its own folds and picks their judges again,
+            // so the interval carries the choice's uncertainty too (with one judge held
+            // fixed it covered 89.5-92.5% at 50 labels; with each row's fold kept from the
+            // labels' own split it covered as well but was up to twice as wide).
             let k = d.n_judges();
             let all_votes: Vec<Vec<f64>> = sample
                 .index()
@@ -130,18 +130,21 @@ impl RateEstimates {
                 .map(|&i| (0..k).map(|j| f64::from(u8::from(d.get(i, j) > 0.0))).collect())
                 .collect();
             let m = y.len();
-            let fold = fold_of(&y, seed ^ CROSS_FIT_SEED);
-            // Each labeled row's vote from its fold's judge, and that composite judge's
-            // positive rate over every example (each fold's judge weighed by the fold's
-            // share of `draw`).
-            let out_of_fold = |draw: &[usize]| -> (Vec<f64>, f64) {
+            // Each position of `draw` (labeled rows, repeats allowed) in one of 5 folds
+            // stratified by label; its vote from the judge the other folds pick, and that
+            // composite judge's positive rate over every example (each fold's judge
+            // weighed by the fold's share of `draw`).
+            let out_of_fold = |draw: &[usize], fold_seed: u64| -> (Vec<f64>, Vec<f64>, Vec<f64>, f64) {
+                let yd: Vec<f64> = draw.iter().map(|&r| y[r]).collect();
+                let ed: Vec<f64> = draw.iter().map(|&r| e[r]).collect();
+                let fold = fold_of(&yd, fold_seed);
                 let mut right = vec![[0.0; FOLDS]; k];
                 let mut held = [0usize; FOLDS];
-                for &r in draw {
-                    held[fold[r]] += 1;
+                for (p, &r) in draw.iter().enumerate() {
+                    held[fold[p]] += 1;
                     for (j, rj) in right.iter_mut().enumerate() {
                         if (all_votes[r][j] > 0.5) == (y[r] > 0.5) {
-                            rj[fold[r]] += e[r];
+                            rj[fold[p]] += e[r];
                         }
                     }
                 }
@@ -153,15 +156,17 @@ impl RateEstimates {
                     judge_of[f] = best;
                     positive += held[f] as f64 / draw.len().max(1) as f64 * d.judge_positive(best);
                 }
-                ((0..m).map(|r| all_votes[r][judge_of[fold[r]]]).collect(), positive)
+                let v = draw.iter().enumerate().map(|(p, &r)| all_votes[r][judge_of[fold[p]]]).collect();
+                (v, yd, ed, positive)
             };
-            let (votes, positive) = out_of_fold(&(0..m).collect::<Vec<usize>>());
-            let estimate = rogan_gladen(positive, &votes, &y, &e, None, &mut rng);
+            let (votes, yd, ed, positive) = out_of_fold(&(0..m).collect::<Vec<usize>>(), seed ^ CROSS_FIT_SEED);
+            let estimate = rogan_gladen(positive, &votes, &yd, &ed, None, &mut rng);
             let mut boot: Vec<f64> = (0..BOOTSTRAP)
                 .map(|_| {
                     let draw: Vec<usize> = (0..m).map(|_| rng.random_range(0..m)).collect();
-                    let (v, positive) = out_of_fold(&draw);
-                    rogan_gladen(positive, &v, &y, &e, Some(&draw), &mut rng)
+                    let (v, yd, ed, positive) = out_of_fold(&draw, rng.random());
+                    let all: Vec<usize> = (0..m).collect();
+                    rogan_gladen(positive, &v, &yd, &ed, Some(&all), &mut rng)
                 })
                 .collect();
             boot.sort_by(f64::total_cmp);
