@@ -118,11 +118,11 @@ impl RateEstimates {
             // The judge is picked out of fold, as PPI's is: the judge with the most right
             // answers on the labels is the one whose errors they undercount, and at a low
             // positive rate (mostly specificity) that biased the corrected rate up and the
-            // interval covered 57.5-89% (docs/reproduction/calibration-choices.md, "Rare
-            // positives"). Each resample deals its own folds and picks their judges again,
-            // so the interval carries the choice's uncertainty too (with one judge held
-            // fixed it covered 89.5-92.5% at 50 labels; with each row's fold kept from the
-            // labels' own split it covered as well but was up to twice as wide).
+            // interval covered 57.5-89% (docs/reproduction/calibration-rates.md). Each
+            // resample deals its own folds and picks their judges again, so the interval
+            // carries the choice's uncertainty too (with one judge held fixed it covered
+            // 89.5-92.5% at 50 labels; with each row's fold kept from the labels' own
+            // split it covered as well but was up to twice as wide).
             let k = d.n_judges();
             let all_votes: Vec<Vec<f64>> = sample
                 .index()
