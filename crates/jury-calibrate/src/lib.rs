@@ -16,6 +16,8 @@ mod plan;
 mod rates;
 mod replay;
 mod sample;
+mod score;
+
 mod sparse;
 
 pub use fit::{Calibrated, Candidate, LogOdds, logistic_baseline, picked_judge};
