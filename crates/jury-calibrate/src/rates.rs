@@ -391,8 +391,8 @@ fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], big_n: usize) -> Interv
 /// posterior among its predictors the residuals seldom hinge on one rare cell, and where
 /// that posterior is nearly always right the score interval reads the pseudo-labels'
 /// corners as errors the labels could have missed. On the simulated `tune` juries it
-/// widened this interval by up to 60% (families-10-soft 0.056 to 0.081, small-4-soft
-/// 0.050 to 0.080 at 100 labels) where Student's already covered 97-100%, and raised no
+/// widened this interval by up to 75% (families-10-soft 0.056 to 0.081, one-strong-8-hard
+/// 0.055 to 0.096 at 100 labels) where Student's already covered 97-100%, and raised no
 /// cell that was under 93% (docs/reproduction/calibration-rates.md).
 fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64]) -> Interval {
     let m = y.len();

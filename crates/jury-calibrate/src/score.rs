@@ -68,7 +68,9 @@ fn variance_at(values: &[(f64, f64)], mu: f64) -> f64 {
 pub(crate) fn score_interval(values: &[(f64, f64)], mean: f64, q: f64, scale: f64) -> (f64, f64) {
     let lo_end = values.iter().map(|v| v.0).fold(f64::INFINITY, f64::min);
     let hi_end = values.iter().map(|v| v.0).fold(f64::NEG_INFINITY, f64::max);
-    if hi_end - lo_end <= 0.0 {
+    // One value (or a non-finite one) leaves nothing to tilt.
+    let span = hi_end - lo_end;
+    if !span.is_finite() || span <= 0.0 {
         return (mean, mean);
     }
     let mean = mean.clamp(lo_end, hi_end);
