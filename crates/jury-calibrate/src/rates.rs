@@ -574,22 +574,31 @@ mod tests {
     /// rate. Picked out of fold, the estimate is unbiased and the interval covers.
     #[test]
     fn rogan_gladen_covers_a_rare_positive_class() {
-        let n = 3000;
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let (truth, d) = hard_votes(&mut rng, n, &[0.75, 0.85, 0.7, 0.82, 0.76, 0.85, 0.65, 0.6, 0.87], 0.1);
-        let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
-        let (mut covered, mut bias, mut drawn) = (0, 0.0, 0);
-        for t in 0..200 {
-            let index = rand::seq::index::sample(&mut rng, n, 100).into_vec();
-            let label: Vec<u8> = index.iter().map(|&i| truth[i]).collect();
-            let Ok(sample) = Sample::new(n, index, label, None) else { continue };
-            let i = RateEstimates::estimate(&d, &sample, t).get(Estimator::RoganGladen);
-            covered += usize::from(i.covers(rate));
-            bias += i.estimate - rate;
-            drawn += 1;
-        }
-        let (coverage, bias) = (covered as f64 / drawn as f64, bias / drawn as f64);
+        let acc = [0.75, 0.85, 0.7, 0.82, 0.76, 0.85, 0.65, 0.6, 0.87];
+        let (rate, intervals) = rare_class_intervals(5, &acc, 200, Estimator::RoganGladen);
+        let drawn = intervals.len() as f64;
+        let coverage = intervals.iter().filter(|i| i.covers(rate)).count() as f64 / drawn;
+        let bias = intervals.iter().map(|i| i.estimate - rate).sum::<f64>() / drawn;
         assert!(coverage >= 0.93 && bias.abs() < 0.012, "coverage {coverage}, bias {bias}");
+    }
+
+    /// `draws` uniform samples of 100 labels from a jury of hard votes with one positive
+    /// in ten ([`hard_votes`], 3,000 examples), each with `estimator`'s interval; and the
+    /// jury's true rate.
+    fn rare_class_intervals(seed: u64, acc: &[f64], draws: u64, estimator: Estimator) -> (f64, Vec<Interval>) {
+        let n = 3000;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (truth, d) = hard_votes(&mut rng, n, acc, 0.1);
+        let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
+        let intervals = (0..draws)
+            .filter_map(|t| {
+                let index = rand::seq::index::sample(&mut rng, n, 100).into_vec();
+                let label: Vec<u8> = index.iter().map(|&i| truth[i]).collect();
+                let sample = Sample::new(n, index, label, None).ok()?;
+                Some(RateEstimates::estimate(&d, &sample, t).get(estimator))
+            })
+            .collect();
+        (rate, intervals)
     }
 
     /// Five judges of hard votes each right on 93%, one positive in ten, 100 labels: the
@@ -599,21 +608,10 @@ mod tests {
     /// 300 draws); the score interval reaches toward it.
     #[test]
     fn ppi_covers_a_rare_positive_class_on_both_sides() {
-        let n = 3000;
-        let mut rng = ChaCha8Rng::seed_from_u64(11);
-        let (truth, d) = hard_votes(&mut rng, n, &[0.93; 5], 0.1);
-        let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
-        let (mut below, mut above, mut drawn) = (0, 0, 0);
-        for t in 0..400 {
-            let index = rand::seq::index::sample(&mut rng, n, 100).into_vec();
-            let label: Vec<u8> = index.iter().map(|&i| truth[i]).collect();
-            let Ok(sample) = Sample::new(n, index, label, None) else { continue };
-            let i = RateEstimates::estimate(&d, &sample, t).get(Estimator::PpiBestJudge);
-            below += usize::from(rate < i.low);
-            above += usize::from(rate > i.high);
-            drawn += 1;
-        }
-        let (below, above) = (below as f64 / drawn as f64, above as f64 / drawn as f64);
+        let (rate, intervals) = rare_class_intervals(11, &[0.93; 5], 400, Estimator::PpiBestJudge);
+        let drawn = intervals.len() as f64;
+        let below = intervals.iter().filter(|i| rate < i.low).count() as f64 / drawn;
+        let above = intervals.iter().filter(|i| rate > i.high).count() as f64 / drawn;
         assert!(below + above <= 0.07 && below.max(above) <= 0.045, "below {below}, above {above}");
     }
 
