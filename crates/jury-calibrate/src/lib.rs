@@ -17,7 +17,6 @@ mod rates;
 mod replay;
 mod sample;
 mod score;
-
 mod sparse;
 
 pub use fit::{Calibrated, Candidate, LogOdds, logistic_baseline, picked_judge};

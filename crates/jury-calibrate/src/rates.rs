@@ -292,11 +292,10 @@ fn jeffreys(right: f64, wrong: f64) -> Option<Beta<f64>> {
 /// Agresti and Min's (2005) pseudo-labels for matched proportions: half a label in each
 /// cell of (label, prediction) in {0, 1}^2, two in all, beside the PPI residuals whose
 /// spread gives the interval (with several predictors, the two spread over every corner
-/// of theirs). An
-/// accurate hard judge leaves few nonzero residuals among 50 labels, often none, and
-/// their sample variance then says the rate is known exactly: PPI with the picked judge
-/// covered 80-88% at 50 labels on TriviaQA. The point estimate keeps the labels alone, so
-/// it stays unbiased.
+/// of theirs). An accurate hard judge leaves few nonzero residuals among 50 labels, often
+/// none, and their sample variance then says the rate is known exactly: PPI with the
+/// picked judge covered 80-88% at 50 labels on TriviaQA. The point estimate keeps the
+/// labels alone, so it stays unbiased.
 const PSEUDO_LABELS: f64 = 2.0;
 
 /// The residuals `y - lambda' f` with the pseudo-labels beside them, as (value, weight):
@@ -319,11 +318,11 @@ fn spread(values: &[(f64, f64)], centre: f64) -> f64 {
     values.iter().map(|(v, w)| w * (v - centre).powi(2)).sum()
 }
 
-/// The best judge's PPI interval: `centre` (the predictor's part over every example) plus the score
-/// interval of the labels' mean residual `mr` ([`crate::score`]), the residuals with the
-/// pseudo-labels giving each candidate's variance; `scale` is the estimate's variance per
-/// unit of the residuals' (the labels' count and the coefficients' share), `df` the
-/// degrees of freedom left to Student's quantile.
+/// The best judge's PPI interval: `centre` (the predictor's part over every example)
+/// plus the score interval of the labels' mean residual `mr` ([`crate::score`]), the
+/// residuals with the pseudo-labels giving each candidate's variance; `scale` is the
+/// estimate's variance per unit of the residuals' (the labels' count and lambda's share),
+/// `df` the degrees of freedom left to Student's quantile.
 ///
 /// A Wald interval here read its width off the residuals seen: with a rare residual
 /// (one positive in ten, the judge's misses of it rarer still) a draw that misses it has
@@ -377,9 +376,9 @@ fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], big_n: usize) -> Interv
     // through the gap between the predictor's mean over every example and over the
     // labels, as the coefficients' do in `ppi_many`. The tilted variance divides by
     // every weight, labels and pseudo-labels; the sample variance by one fewer.
-    let slope = if var > 1e-12 { 1.0 / ((m - 1.0) * var) } else { 0.0 };
+    let slope_share = if var > 1e-12 { 1.0 / ((m - 1.0) * var) } else { 0.0 };
     let gap = f_mean_all - mf;
-    let scale = (m + PSEUDO_LABELS) / (m - 1.0 + PSEUDO_LABELS) * (1.0 / m + gap * gap * slope);
+    let scale = (m + PSEUDO_LABELS) / (m - 1.0 + PSEUDO_LABELS) * (1.0 / m + gap * gap * slope_share);
     ppi_interval(lambda * f_mean_all, mr, &with_pseudo_labels(&r, &[lambda]), scale, m - 2.0)
 }
 
