@@ -9,6 +9,7 @@
 //! plan (more where the jury is unsure) give unbiased rates; uniform labels are the case
 //! where every probability is equal.
 
+mod balance;
 mod fit;
 mod independence;
 mod linalg;
@@ -19,6 +20,7 @@ mod sample;
 mod score;
 mod sparse;
 
+pub use balance::{BALANCE_LIMIT, Balance, Covariate};
 pub use fit::{Calibrated, Candidate, LogOdds, logistic_baseline, picked_judge};
 pub use plan::{Planned, plan_labels, uniform_sample};
 pub use rates::{Estimator, Interval, RateEstimates};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::fit::{Calibrated, LogOdds, logistic_baseline, picked_judge};
 use crate::plan::{plan_labels, uniform_sample};
 use crate::rates::{Estimator, RateEstimates};
-use crate::{CalibrationError, Sample};
+use crate::{Balance, CalibrationError, Sample};
 
 /// How calibration sets are drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +86,9 @@ pub struct BudgetReplay {
     /// Draws whose labels swapped the classes of the label-free posterior the calibrated
     /// method kept.
     pub label_free_swapped: usize,
+    /// Draws the balance check ([`crate::Balance`]) would have reported as not drawn as
+    /// stated: its false alarms, since every replay draw is.
+    pub unbalanced: usize,
     pub methods: Vec<(ReplayMethod, MethodAccuracy)>,
     pub estimators: Vec<(Estimator, EstimatorSummary)>,
 }
@@ -121,7 +124,7 @@ pub fn replay(
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
             let mut covered = [0usize; 4];
             let mut width = [0.0; 4];
-            let (mut redrawn, mut label_free_swapped) = (0, 0);
+            let (mut redrawn, mut label_free_swapped, mut unbalanced) = (0, 0, 0);
             for outcome in draws {
                 let outcome = outcome?;
                 acc.iter_mut().zip(outcome.accuracy).for_each(|(a, v)| a.push(v));
@@ -131,6 +134,7 @@ pub fn replay(
                 }
                 redrawn += outcome.redrawn;
                 label_free_swapped += usize::from(outcome.label_free_swapped);
+                unbalanced += usize::from(outcome.unbalanced);
             }
             let trials = settings.trials.max(1) as f64;
             out.push(BudgetReplay {
@@ -139,6 +143,7 @@ pub fn replay(
                 trials: settings.trials,
                 redrawn,
                 label_free_swapped,
+                unbalanced,
                 methods: ReplayMethod::ALL.iter().zip(acc).map(|(&m, a)| (m, summarise(a))).collect(),
                 estimators: Estimator::ALL
                     .iter()
@@ -156,14 +161,15 @@ pub fn replay(
 /// What one draw of a calibration sample gives: each method's accuracy on the rest (in
 /// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
 /// and its width (in [`Estimator::ALL`] order), how many draws with one class only
-/// were redrawn before it, and whether its labels swapped the classes of a label-free
-/// posterior kept.
+/// were redrawn before it, whether its labels swapped the classes of a label-free
+/// posterior kept, and whether the balance check flagged it.
 struct Draw {
     accuracy: [f64; 4],
     covered: [bool; 4],
     width: [f64; 4],
     redrawn: usize,
     label_free_swapped: bool,
+    unbalanced: bool,
 }
 
 /// The fully labeled jury a replay draws from: its log-odds, the label-free method's
@@ -224,7 +230,8 @@ impl Jury<'_> {
             width[e] = interval.width();
         }
         let label_free_swapped = fit.label_free_swapped();
-        Ok(Draw { accuracy, covered, width, redrawn: attempt as usize, label_free_swapped })
+        let unbalanced = !Balance::check(posterior, &sample).plausible();
+        Ok(Draw { accuracy, covered, width, redrawn: attempt as usize, label_free_swapped, unbalanced })
     }
 }
 

@@ -48,6 +48,10 @@ pub struct ReplayBudget {
     /// round, so that `calibrated` was its complement.
     #[serde(default)]
     pub label_free_swapped: usize,
+    /// Draws the balance check would have reported as not drawn as stated (metrics.json's
+    /// `calibration.balance`): its false alarms, since every draw here is.
+    #[serde(default)]
+    pub unbalanced: usize,
     /// `calibrated`, `recommended`, `picked-judge`, `logistic`.
     pub methods: Named<ReplayAccuracy>,
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
@@ -106,9 +110,47 @@ pub struct CalibrationMetrics {
     /// round (their 1 is its class 0), so that the calibrated method is its complement.
     #[serde(default)]
     pub label_free_swapped: bool,
+    /// Whether the calibration examples look drawn as stated (uniformly, or with their
+    /// inclusion probabilities): absent in files written before the check.
+    #[serde(default)]
+    pub balance: Option<CalibrationBalance>,
     /// The positive-class rate (the win rate of a pairwise set) four ways:
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub rates: Named<RateInterval>,
+}
+
+/// The judges' mean probability of class 1 and its `p (1 - p)`, inclusion-weighted over the
+/// calibration examples against their means over every example. A set chosen other than
+/// as stated (the disputed examples, the failures found) shows in them, and biases the
+/// calibrated method and every rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationBalance {
+    pub mean_probability: BalanceCovariate,
+    pub uncertainty: BalanceCovariate,
+    /// Both within the limit of standard errors a true draw stays within.
+    pub plausible: bool,
+}
+
+impl CalibrationBalance {
+    /// The two comparisons in words, for the terminal and the report.
+    pub fn summary(&self) -> String {
+        let m = &self.mean_probability;
+        let u = &self.uncertainty;
+        format!(
+            "the judges' mean probability of class 1 is {:.3} on them against {:.3} on every example \
+             ({:+.1} standard errors of a draw), its p (1 - p) {:.3} against {:.3} ({:+.1})",
+            m.sample_mean, m.all_mean, m.z, u.sample_mean, u.all_mean, u.z
+        )
+    }
+}
+
+/// One quantity's mean over the calibration examples and over all, and their distance
+/// in standard errors of a draw.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BalanceCovariate {
+    pub sample_mean: f64,
+    pub all_mean: f64,
+    pub z: f64,
 }
 
 /// A rate and its 95% interval.

@@ -21,7 +21,8 @@ mod table;
 mod write;
 
 pub use calibration::{
-    CalibrationMetrics, CalibrationReplay, RateInterval, ReplayAccuracy, ReplayBudget, ReplayCoverage, ReplayJury,
+    BalanceCovariate, CalibrationBalance, CalibrationMetrics, CalibrationReplay, RateInterval, ReplayAccuracy,
+    ReplayBudget, ReplayCoverage, ReplayJury,
 };
 pub use input::{
     DEFAULT_MAX_INPUT_SIZE, MAX_INPUT_SIZE_FLAG, format_size, max_input_size, parse_size, read_input,

@@ -447,6 +447,11 @@ mod tests {
                 stack: named(vec![("label-free", 0.5), ("lda", 0.0)]),
                 label_free_kept: false,
                 label_free_swapped: false,
+                balance: Some(crate::CalibrationBalance {
+                    mean_probability: crate::BalanceCovariate { sample_mean: 0.7, all_mean: 0.5, z: 6.1 },
+                    uncertainty: crate::BalanceCovariate { sample_mean: 0.2, all_mean: 0.2, z: 0.0 },
+                    plausible: false,
+                }),
                 rates: named(vec![("ppi-jury", crate::RateInterval { estimate: 0.4, low: 0.3, high: 0.5 })]),
             }),
             judges: named(vec![("a", JudgeMetrics { accuracy: Some(0.6), coverage: 1.0 })]),

@@ -222,6 +222,17 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             }
             (false, _) => "",
         };
+        if let Some(b) = c.balance.filter(|b| !b.plausible) {
+            facts.push((
+                "calibration sample".to_owned(),
+                format!(
+                    "not drawn as stated ({}), by the judges: {}. The calibrated method and every rate below assume \
+                     it was",
+                    c.sampling,
+                    b.summary()
+                ),
+            ));
+        }
         facts.push((
             "calibrated stack".to_owned(),
             format!(

@@ -344,6 +344,7 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
             ("judges".to_owned(), r.jury.n_judges.to_string()),
             ("label-free recommended method".to_owned(), r.jury.recommended_method.clone()),
             ("calibrated method".to_owned(), calibrated_method(&r)),
+            ("draws the balance check flagged".to_owned(), flagged(&r)),
             ("seed".to_owned(), r.jury.seed.to_string()),
             ("jury".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
         ],
@@ -356,6 +357,14 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
         coverage,
         chart,
     })
+}
+
+/// How many draws the balance check of metrics.json's `calibration.balance` reported as
+/// not drawn as stated: each was a true draw, so these are its false alarms.
+fn flagged(r: &jury_io::CalibrationReplay) -> String {
+    let flagged: usize = r.budgets.iter().map(|b| b.unbalanced).sum();
+    let draws: usize = r.budgets.iter().map(|b| b.trials).sum();
+    format!("{flagged} of {draws} (every draw is a true one: these are false alarms)")
 }
 
 /// What the replay's calibrated method was: the stack fitted on each draw's labels, or the

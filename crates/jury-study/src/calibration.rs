@@ -5,11 +5,13 @@
 //! replay (calibration.json, `jury_io::CalibrationReplay`).
 
 use jury_aggregate::Aggregation;
-use jury_calibrate::{Calibrated, Candidate, LogOdds, RateEstimates, ReplaySettings, Sample, plan_labels, replay};
+use jury_calibrate::{
+    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplaySettings, Sample, plan_labels, replay,
+};
 use jury_core::{Judgments, Labels};
 use jury_io::{
-    CalibrationLabels, CalibrationMetrics, CalibrationReplay, Named, RateInterval, ReplayAccuracy, ReplayBudget,
-    ReplayCoverage, ReplayJury,
+    BalanceCovariate, CalibrationBalance, CalibrationLabels, CalibrationMetrics, CalibrationReplay, Named,
+    RateInterval, ReplayAccuracy, ReplayBudget, ReplayCoverage, ReplayJury,
 };
 
 use crate::{Settings, StudyError};
@@ -86,6 +88,9 @@ pub(crate) fn calibrate(
     let fit = Calibrated::fit(&d, &sample, settings.seed);
     let aggregation = Aggregation::calibrated(&fit.probabilities(&d), sample.len())?;
     let rates = RateEstimates::estimate(&d, &sample, settings.seed);
+    let balance = Balance::check(&d.mean_judge_probabilities(), &sample);
+    let covariate =
+        |c: jury_calibrate::Covariate| BalanceCovariate { sample_mean: c.sample_mean, all_mean: c.all_mean, z: c.z };
     let metrics = CalibrationMetrics {
         n_calibration: sample.len(),
         n_scored,
@@ -96,6 +101,11 @@ pub(crate) fn calibrate(
         stack: Named(fit.stack.iter().map(|(c, w)| (Candidate::name(*c).to_owned(), *w)).collect()),
         label_free_kept: fit.label_free_kept(),
         label_free_swapped: fit.label_free_swapped(),
+        balance: Some(CalibrationBalance {
+            mean_probability: covariate(balance.mean_probability),
+            uncertainty: covariate(balance.uncertainty),
+            plausible: balance.plausible(),
+        }),
         rates: Named(
             rates
                 .intervals
@@ -162,6 +172,7 @@ pub fn calibration_replay(
                 trials: b.trials,
                 redrawn: b.redrawn,
                 label_free_swapped: b.label_free_swapped,
+                unbalanced: b.unbalanced,
                 methods: Named(
                     b.methods
                         .iter()

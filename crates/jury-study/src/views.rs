@@ -244,6 +244,16 @@ impl<'a> Study<'a> {
                         jury_calibrate::FEW_LABELS
                     );
                 }
+                if let Some(b) = c.balance.filter(|b| !b.plausible) {
+                    let _ = writeln!(
+                        s,
+                        "warning: the calibration examples do not look drawn as stated ({}): {}; the calibrated \
+                         method and every rate assume a uniform draw or the inclusion probabilities given (`jury \
+                         label-plan` writes them)",
+                        c.sampling,
+                        b.summary()
+                    );
+                }
                 crate::calibration::METHOD
             }
             None => {

@@ -114,6 +114,8 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("Positive rate corrected with the calibration labels"));
     assert!(!said.contains("note: fewer than"), "{said}");
+    assert_eq!(c["balance"]["plausible"], true, "{c}");
+    assert!(!said.contains("warning: the calibration examples"), "{said}");
     // Twelve of those labels, six of each class: the headline says they are few.
     let mut by_id: Vec<(&String, &String)> = t.iter().collect();
     by_id.sort();
@@ -134,6 +136,43 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     ]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains("note: fewer than 30 calibration labels"), "{said}");
+}
+
+/// The judges' mean probability of class 1 of each example of `dir`'s judgments.csv.
+fn mean_probabilities(dir: &Path) -> Vec<(String, f64)> {
+    let mut sums: std::collections::BTreeMap<String, (f64, f64)> = std::collections::BTreeMap::new();
+    for l in fs::read_to_string(dir.join("judgments.csv")).unwrap().lines().skip(1) {
+        let f: Vec<&str> = l.split(',').collect();
+        let e = sums.entry(f[0].to_owned()).or_default();
+        e.0 += f[2].parse::<f64>().unwrap();
+        e.1 += 1.0;
+    }
+    sums.into_iter().map(|(id, (s, n))| (id, s / n)).collect()
+}
+
+/// Labels for the examples the judges call most positive, given as a uniform draw (the
+/// failures a team found): the command warns, metrics.json and the report say so.
+#[test]
+fn a_calibration_set_the_judges_show_was_not_drawn_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    simulated(d);
+    let t = truth(d);
+    let mut by_p = mean_probabilities(d);
+    by_p.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // The 110 most positive and, so that both classes are there, the 10 least.
+    let chosen = by_p[..110].iter().chain(&by_p[by_p.len() - 10..]);
+    let mut text = String::from("example_id,label\n");
+    chosen.for_each(|(id, _)| text.push_str(&format!("{id},{}\n", t[id])));
+    let cal = d.join("found.csv");
+    fs::write(&cal, text).unwrap();
+    let (m, said) = aggregate_calibrated(d, &cal, &[]);
+    let b = &m["calibration"]["balance"];
+    assert_eq!(b["plausible"], false, "{b}");
+    assert!(b["mean_probability"]["z"].as_f64().unwrap() > 5.0, "{b}");
+    assert!(said.contains("warning: the calibration examples do not look drawn as stated (uniform)"), "{said}");
+    let report = fs::read_to_string(d.join("out").join("report.html")).unwrap();
+    assert!(report.contains("not drawn as stated"));
 }
 
 /// Five judges casting hard verdicts independently given the truth: the unlabeled votes
@@ -226,10 +265,13 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
     assert_eq!(r["jury"]["label_free_kept"], false);
     let page = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(page.contains("the stack, fitted on each draw"));
+    assert!(page.contains("0 of 80 (every draw is a true one"));
     for b in budgets {
         assert!(b["budget"] == 50 || b["budget"] == 100);
         assert!(b["sampling"] == "uniform" || b["sampling"] == "planned");
         assert_eq!(b["trials"], 20);
+        // Every draw is a true one: the balance check passes them all.
+        assert_eq!(b["unbalanced"], 0, "{b}");
         for m in ["calibrated", "recommended", "picked-judge", "logistic"] {
             let a = b["methods"][m]["mean_accuracy"].as_f64().unwrap();
             assert!((0.5..=1.0).contains(&a), "{m}: {a}");
