@@ -49,8 +49,8 @@ pub use run_tables::{
     prompts_jsonl, run_judgments_csv, texts_csv,
 };
 pub use table::{
-    CalibrationLabels, PromptRecord, read_calibration, read_categories, read_judgments, read_labels, read_prompts,
-    read_texts,
+    CalibrationLabels, PromptRecord, read_calibration, read_calibration_among, read_categories, read_judgments,
+    read_labels, read_prompts, read_texts,
 };
 pub use write::{csv_field, persist_synced, read_json, terminal_text, write_atomic, write_json};
 

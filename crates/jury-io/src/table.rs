@@ -568,12 +568,22 @@ pub struct CalibrationLabels {
 /// and optionally [`INCLUSION_COLUMN`]. Every id must be among the judgments' examples;
 /// errors name the file, line and field.
 pub fn read_calibration(path: &Path, judgments: &Judgments) -> Result<CalibrationLabels, IoError> {
+    read_calibration_among(path, judgments.example_ids(), judgments.n_classes())
+}
+
+/// [`read_calibration`] against the examples a run will judge (`example_ids`, the
+/// judgments' order to be) and their number of classes, before any judgment exists: a
+/// run checks its calibration labels before any model loads.
+pub fn read_calibration_among(
+    path: &Path,
+    example_ids: &[String],
+    n_classes: usize,
+) -> Result<CalibrationLabels, IoError> {
     let t = Table::load(path)?;
     let ids = t.strings(EXAMPLE_ID)?;
     let raw = t.strings(LABEL)?;
     let inclusion = if t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
-    let position: HashMap<&str, usize> =
-        judgments.example_ids().iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    let position: HashMap<&str, usize> = example_ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
     let mut seen: HashMap<usize, usize> = HashMap::new();
     let mut out = CalibrationLabels { index: vec![], labels: vec![], inclusion: inclusion.as_ref().map(|_| vec![]) };
     for (i, (id, label)) in ids.iter().zip(&raw).enumerate() {
@@ -584,7 +594,7 @@ pub fn read_calibration(path: &Path, judgments: &Judgments) -> Result<Calibratio
             return Err(t.field_err(i, EXAMPLE_ID, format!("`{id}` is not among the judgments' examples")));
         };
         let text = label.as_deref().map(str::trim).unwrap_or("");
-        let Some(l) = parse_label(text, 2).filter(|_| judgments.n_classes() == 2) else {
+        let Some(l) = parse_label(text, 2).filter(|_| n_classes == 2) else {
             return Err(t.field_err(i, LABEL, format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
         };
         if let Some(first) = seen.insert(n, i) {

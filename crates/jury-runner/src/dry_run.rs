@@ -116,6 +116,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: b
         }
         Some(_) => {
             let ex = sample_examples(&exp.dataset)?;
+            crate::stages::check_calibration(&exp, &ex.original)?;
             (ex.original.len(), ex.judged.to_vec())
         }
     };

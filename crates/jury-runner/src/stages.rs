@@ -35,6 +35,17 @@ pub fn sample_examples(cfg: &DatasetConfig) -> Result<Examples, RunError> {
     Ok(Examples { original: examples, judged: Arc::new(judged) })
 }
 
+/// Reads the run's calibration labels against its examples (ids among them, binary
+/// labels, both classes), so that a bad line stops the run before any model loads, not
+/// after the judging; aggregation reads them again against the judgments.
+pub(crate) fn check_calibration<A>(exp: &Experiment<A>, examples: &[Example]) -> Result<(), RunError> {
+    if let Some(c) = &exp.calibration {
+        let ids: Vec<String> = examples.iter().map(|e| e.id.clone()).collect();
+        jury_io::read_calibration_among(&c.labels, &ids, 2)?;
+    }
+    Ok(())
+}
+
 fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Example> {
     let Some(limit) = limit.filter(|&l| l < examples.len()) else { return examples };
     let mut idx: Vec<usize> = (0..examples.len()).collect();
@@ -135,6 +146,7 @@ pub struct Prepared<'a, A> {
 /// against the token budget.
 pub fn prepare<A>(exp: &Experiment<A>) -> Result<Prepared<'_, A>, RunError> {
     let examples = sample_examples(&exp.dataset)?;
+    check_calibration(exp, &examples.original)?;
     let template = Template::load(&exp.prompt)?;
     let jurors = jurors(exp, &template)?;
     if let Some(first) = examples.judged.first() {

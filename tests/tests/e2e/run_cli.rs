@@ -759,8 +759,8 @@ fn simulate_adaptive_output_reads_back() {
 
 /// A run's `calibration: {labels: FILE}`: a real judge's run, then the same run (from its
 /// cache) with labels for some of its examples, recommends the calibrated method and
-/// scores only outside them; a missing calibration file stops the run before any model
-/// loads.
+/// scores only outside them; a missing calibration file, or one with a bad line, stops
+/// the run (and the dry run) before any model loads, the line named.
 #[test]
 fn run_with_calibration_labels_recommends_the_calibrated_method() {
     let dir = tempfile::tempdir().unwrap();
@@ -792,4 +792,22 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("calibration: `labels`") && err.contains("nowhere.csv"), "{err}");
     assert!(!err.contains("judge smollm2"), "stopped before judging: {err}");
+    // A label that is not binary, and an example the run does not judge: each named by
+    // file and line before judging, the published run untouched.
+    let metrics = fs::read_to_string(dir.path().join("out/metrics.json")).unwrap();
+    let first_id = chosen[0].split(',').next().unwrap();
+    for (bad, line, says) in [
+        (format!("example_id,label\n{}\n{first_id},2\n", chosen[1]), "line 3", "is not a binary label"),
+        (format!("example_id,label\n{}\nno-such-example,1\n", chosen[1]), "line 3", "is not among"),
+    ] {
+        fs::write(&cal, bad).unwrap();
+        fs::write(&cfg, format!("{yaml}calibration: {{labels: {}}}\n", cal.display())).unwrap();
+        for args in [vec!["run", cfg.to_str().unwrap()], vec!["run", "--dry-run", cfg.to_str().unwrap()]] {
+            let out = jury(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success() && err.contains("calibration.csv") && err.contains(line), "{args:?}: {err}");
+            assert!(err.contains(says) && !err.contains("judge smollm2"), "{args:?}: {err}");
+        }
+    }
+    assert_eq!(fs::read_to_string(dir.path().join("out/metrics.json")).unwrap(), metrics);
 }
