@@ -93,6 +93,9 @@ pub struct LogOdds {
     /// as the label-free model says ([`crate::independence`]): the calibrated method then
     /// keeps the label-free posterior, its classes named by the labels.
     label_free_holds: bool,
+    /// How many judges judged each example: a missing judgment reads as log-odds 0, which
+    /// a judgment of exactly one half also gives, so only this tells them apart.
+    present: Vec<usize>,
 }
 
 impl LogOdds {
@@ -104,16 +107,28 @@ impl LogOdds {
         }
         let (n, k) = (j.n_examples(), j.n_judges());
         let mut x = vec![0.0; n * k];
+        let mut present = vec![0; n];
         for i in 0..n {
             for (judge, p) in j.row(i) {
                 x[i * k + judge] = logit(p[1], CLIP);
+                present[i] += 1;
             }
         }
-        Self::from_dense(n, k, x, label_free)
+        Self::build(n, k, x, present, label_free)
     }
 
-    /// From a row-major examples x judges matrix of log-odds.
+    /// From a row-major examples x judges matrix of log-odds, every judgment present.
     pub fn from_dense(n: usize, k: usize, x: Vec<f64>, label_free: &[f64]) -> Result<Self, CalibrationError> {
+        Self::build(n, k, x, vec![k; n], label_free)
+    }
+
+    fn build(
+        n: usize,
+        k: usize,
+        x: Vec<f64>,
+        present: Vec<usize>,
+        label_free: &[f64],
+    ) -> Result<Self, CalibrationError> {
         if label_free.len() != n {
             return Err(CalibrationError::Length(label_free.len(), n));
         }
@@ -172,6 +187,7 @@ impl LogOdds {
             judge_sd,
             label_free_sd,
             label_free_holds,
+            present,
         })
     }
 
@@ -200,11 +216,20 @@ impl LogOdds {
         self.label_free.iter().map(|&z| sigmoid(z)).collect()
     }
 
-    /// The judges' mean probability of class 1 for every example (a missing judgment
-    /// counts as one half): AverageProb's posterior, far less sure of itself than a model
-    /// that multiplies the judges' evidence.
+    /// The mean probability of class 1 of the judges who judged each example (one half
+    /// where none did): AverageProb's posterior, far less sure of itself than a model that
+    /// multiplies the judges' evidence. Over the judges present, not all: with an adaptive
+    /// jury, which stops asking once the first judges agree, counting the others as one
+    /// half would make its surest examples look its least sure, and the plan would label
+    /// them most.
     pub fn mean_judge_probabilities(&self) -> Vec<f64> {
-        (0..self.n).map(|i| self.row(i).iter().map(|&x| sigmoid(x)).sum::<f64>() / self.k.max(1) as f64).collect()
+        (0..self.n)
+            .map(|i| {
+                let missing = (self.k - self.present[i]) as f64;
+                let sum = self.row(i).iter().map(|&x| sigmoid(x)).sum::<f64>() - 0.5 * missing;
+                if self.present[i] == 0 { 0.5 } else { sum / self.present[i] as f64 }
+            })
+            .collect()
     }
 
     /// Judge `k`'s share of positive votes over every example.
@@ -840,6 +865,24 @@ pub(crate) fn pick(rows: &[usize], y: &[f64], w: &[f64], which: &[usize]) -> (Ve
 mod tests {
     use super::*;
     use rand::Rng;
+
+    /// An adaptive jury's examples: the first asked everyone, the second stopped after two
+    /// sure judges. Each mean is over the judges present (the second's is not pulled to one
+    /// half by the four never asked), and a judge's own one half still counts.
+    #[test]
+    fn mean_probability_is_over_the_judges_present() {
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        for (judge, p) in [("j1", 0.9), ("j2", 0.7), ("j3", 0.5), ("j4", 0.2), ("j5", 0.6), ("j6", 0.4)] {
+            b.push_binary("all", judge, Some(p)).unwrap();
+        }
+        for (judge, p) in [("j1", 0.95), ("j2", 0.85)] {
+            b.push_binary("settled", judge, Some(p)).unwrap();
+        }
+        let d = LogOdds::new(&b.build(), &[0.5, 0.9]).unwrap();
+        let m = d.mean_judge_probabilities();
+        assert!((m[0] - 3.3 / 6.0).abs() < 1e-9, "{m:?}");
+        assert!((m[1] - 0.9).abs() < 1e-9, "{m:?}");
+    }
 
     /// A jury with one strong judge, two weak ones and a copy of a weak one, truth known.
     fn jury(n: usize, seed: u64) -> (LogOdds, Vec<u8>) {
