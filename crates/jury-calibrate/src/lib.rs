@@ -10,6 +10,7 @@
 //! where every probability is equal.
 
 mod balance;
+mod beta;
 mod fit;
 mod independence;
 mod linalg;
