@@ -53,4 +53,9 @@ pub enum CalibrationError {
     Inclusion { index: usize, value: f64 },
     #[error("{0} label-free probabilities for {1} examples")]
     Length(usize, usize),
+    #[error(
+        "{draws} draws of {budget} labels in a row held one class only (the rarer class has {rarer} of the \
+         {examples} examples): a replay needs a budget whose draws mostly hold both"
+    )]
+    DrawsOneClass { budget: usize, draws: u64, rarer: usize, examples: usize },
 }

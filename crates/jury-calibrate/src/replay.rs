@@ -158,6 +158,10 @@ pub fn replay(
     Ok(out)
 }
 
+/// Draws with one class only drawn again before a replay gives up: a user with such a set
+/// is refused, so the replay measures draws that hold both classes.
+const REDRAWS: u64 = 100;
+
 /// What one draw of a calibration sample gives: each method's accuracy on the rest (in
 /// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
 /// and its width (in [`Estimator::ALL`] order), how many draws with one class only
@@ -200,7 +204,12 @@ impl Jury<'_> {
             let inclusion = drawn.iter().map(|p| p.inclusion).collect();
             match Sample::new(n, index, labels, Some(inclusion)) {
                 Ok(s) => break s,
-                Err(CalibrationError::OneClass(..)) if attempt < 100 => attempt += 1,
+                Err(CalibrationError::OneClass(..)) if attempt < REDRAWS => attempt += 1,
+                Err(CalibrationError::OneClass(..)) => {
+                    let ones = truth.iter().filter(|&&t| t == 1).count();
+                    let rarer = ones.min(n - ones);
+                    return Err(CalibrationError::DrawsOneClass { budget, draws: attempt + 1, rarer, examples: n });
+                }
                 Err(e) => return Err(e),
             }
         };
@@ -305,5 +314,20 @@ mod tests {
             let a = |m: ReplayMethod| b.methods.iter().find(|(k, _)| *k == m).unwrap().1.mean;
             assert!(a(ReplayMethod::Calibrated) > a(ReplayMethod::PickedJudge), "{b:?}");
         }
+    }
+
+    /// A class too rare for the budget's draws to hold it is an error naming the budget
+    /// and how rare the class is, not a calibration set's complaint.
+    #[test]
+    fn a_budget_whose_draws_hold_one_class_is_named() {
+        let n = 20_000;
+        let truth: Vec<u8> = (0..n).map(|i| u8::from(i == 7)).collect();
+        let x: Vec<f64> = truth.iter().map(|&t| if t == 1 { 2.0 } else { -2.0 }).collect();
+        let lf: Vec<f64> = x.iter().map(|z| 1.0 / (1.0 + (-z).exp())).collect();
+        let d = LogOdds::from_dense(n, 1, x, &lf).unwrap();
+        let settings = ReplaySettings { budgets: vec![2], trials: 1, seed: 0 };
+        let err = replay(&d, &truth, &truth, &settings, &|_, _| {}).unwrap_err();
+        assert_eq!(err, CalibrationError::DrawsOneClass { budget: 2, draws: 101, rarer: 1, examples: n });
+        assert!(err.to_string().contains("the rarer class has 1 of the 20000 examples"), "{err}");
     }
 }

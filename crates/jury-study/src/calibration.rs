@@ -49,7 +49,11 @@ impl Settings {
 }
 
 fn calibration_error(e: jury_calibrate::CalibrationError) -> StudyError {
-    StudyError::Option { flag: "--calibration", reason: e.to_string() }
+    let flag = match e {
+        jury_calibrate::CalibrationError::DrawsOneClass { .. } => "--budget",
+        _ => "--calibration",
+    };
+    StudyError::Option { flag, reason: e.to_string() }
 }
 
 /// A budget's errors name `--budget`, and come before any method is fitted.
@@ -158,6 +162,12 @@ pub fn calibration_replay(
             })
         })
         .collect::<Result<_, _>>()?;
+    if let Some(&class) = truth.first().filter(|&&c| truth.iter().all(|&t| t == c)) {
+        return Err(StudyError::Option {
+            flag: "--labels",
+            reason: format!("labels every example {class}: a replay draws calibration sets that hold both classes"),
+        });
+    }
     let (method, p1, hard) = settings.label_free(j)?;
     let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
     let r = replay(&d, &hard, &truth, &ReplaySettings { budgets: budgets.to_vec(), trials, seed }, progress)

@@ -353,4 +353,21 @@ fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing
     assert!(!out.status.success() && err.contains("--budget 2000 is more than the 1500 examples"), "{err}");
     assert!(err.contains("judgments.csv"), "the error names the file: {err}");
     assert!(!replay.exists());
+    // Labels of one class leave a replay nothing to draw; one example of class 1 leaves a
+    // budget of 2 too little: each names its flag, and nothing is written.
+    for (name, ones, says) in [("all-zero", 0, "--labels labels every example 0"), ("one-one", 1, "--budget")] {
+        let labels = d.join(format!("{name}.csv"));
+        let body: String = ids.iter().enumerate().map(|(i, id)| format!("{id},{}\n", u8::from(i < ones))).collect();
+        fs::write(&labels, format!("example_id,label\n{body}")).unwrap();
+        let out_dir = d.join(format!("replay-{name}"));
+        let judgments = d.join("judgments.csv");
+        let args = ["simulate", "calibration", "--judgments", s(&judgments), "--labels", s(&labels)];
+        let out = jury(&[&args[..], &["--budget", "2", "--trials", "3", "--out", s(&out_dir)]].concat());
+        // The replay's progress lines may come first; the error is one line, the last.
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.trim().lines().last().unwrap_or_default();
+        assert!(!out.status.success() && last.starts_with("error:") && last.contains(says), "{name}: {err}");
+        assert_eq!(err.lines().filter(|l| l.starts_with("error")).count(), 1, "{name}: {err}");
+        assert!(!out_dir.exists(), "{name}");
+    }
 }
