@@ -1,6 +1,7 @@
 //! What a few reference labels buy a jury: a calibrated combination of the judges fitted
 //! on them and on every unlabeled judgment ([`Calibrated`]), the positive rate corrected
-//! four ways with 95% intervals ([`RateEstimates`]), which examples to label
+//! four ways with 95% intervals ([`RateEstimates`]), the verdicts' accuracy read off the
+//! labels out of fold ([`verdict_accuracy`]), which examples to label
 //! ([`plan_labels`]) and a replay that measures all of it on a fully labeled jury
 //! ([`replay`]).
 //!
@@ -9,6 +10,7 @@
 //! plan (more where the jury is unsure) give unbiased rates; uniform labels are the case
 //! where every probability is equal.
 
+mod accuracy;
 mod balance;
 mod beta;
 mod fit;
@@ -21,6 +23,7 @@ mod sample;
 mod score;
 mod sparse;
 
+pub use accuracy::{VerdictAccuracy, verdict_accuracy};
 pub use balance::{BALANCE_LIMIT, Balance, Covariate};
 pub use fit::{Calibrated, Candidate, LogOdds, logistic_baseline, picked_judge};
 pub use plan::{Planned, plan_labels, uniform_sample};

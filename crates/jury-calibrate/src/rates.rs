@@ -226,13 +226,20 @@ fn labels_only(y: &[f64], e: &[f64]) -> Interval {
     let estimate = y.iter().zip(e).map(|(y, e)| y * e).sum::<f64>() / m;
     let p = estimate.clamp(0.0, 1.0);
     let spread: f64 = y.iter().zip(e).map(|(y, e)| (y * e - estimate).powi(2)).sum();
-    let n = if p > 0.0 && p < 1.0 && spread > 0.0 {
-        m * m * p * (1.0 - p) / spread
-    } else {
-        let (sum, sum_sq) = e.iter().fold((0.0, 0.0), |(a, b), e| (a + e, b + e * e));
-        sum * sum / sum_sq
-    };
-    let x = p * n;
+    let n = if p > 0.0 && p < 1.0 && spread > 0.0 { m * m * p * (1.0 - p) / spread } else { kish(e) };
+    clopper_pearson(estimate, n)
+}
+
+/// Kish's effective sample size of weights `e`, `(sum e)^2 / sum e^2`.
+pub(crate) fn kish(e: &[f64]) -> f64 {
+    let (sum, sum_sq) = e.iter().fold((0.0, 0.0), |(a, b), e| (a + e, b + e * e));
+    sum * sum / sum_sq
+}
+
+/// Clopper-Pearson's 95% interval around `estimate` read as a share of `n` trials (not
+/// necessarily whole).
+pub(crate) fn clopper_pearson(estimate: f64, n: f64) -> Interval {
+    let x = estimate.clamp(0.0, 1.0) * n;
     let low = if x > 0.0 { crate::beta::quantile(0.025, x, n - x + 1.0) } else { 0.0 };
     let high = if x < n { crate::beta::quantile(0.975, x + 1.0, n - x) } else { 1.0 };
     Interval { estimate, low, high }
@@ -342,7 +349,7 @@ fn ppi_interval(centre: f64, mr: f64, values: &[(f64, f64)], scale: f64, df: f64
 /// both chooses the judge and measures its error (the judge with the fewest errors on
 /// the labels has fewer there than anywhere else). With it, the matching mean over every
 /// example: each fold's judge's mean, weighed by the fold's share of the labels.
-fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> (Vec<f64>, f64) {
+pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> (Vec<f64>, f64) {
     let rows = sample.index();
     let w = weights(sample);
     let m = rows.len();

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::accuracy::verdict_accuracy;
 use crate::fit::{Calibrated, LogOdds, logistic_baseline, picked_judge};
 use crate::plan::{plan_labels, uniform_sample};
 use crate::rates::{Estimator, RateEstimates};
@@ -38,6 +39,9 @@ pub enum ReplayMethod {
     /// Ridge logistic regression on the judges' log-odds fitted on the same labels.
     Logistic,
 }
+
+/// The methods whose accuracy the calibration labels estimate ([`crate::verdict_accuracy`]).
+const ESTIMATED: [ReplayMethod; 2] = [ReplayMethod::Calibrated, ReplayMethod::Recommended];
 
 impl ReplayMethod {
     pub const ALL: [ReplayMethod; 4] =
@@ -91,6 +95,10 @@ pub struct BudgetReplay {
     pub unbalanced: usize,
     pub methods: Vec<(ReplayMethod, MethodAccuracy)>,
     pub estimators: Vec<(Estimator, EstimatorSummary)>,
+    /// For the calibrated and the label-free recommended method: how often the accuracy
+    /// read off the labels ([`crate::verdict_accuracy`]) covers its accuracy on the rest,
+    /// and the interval's mean width.
+    pub accuracy_estimates: Vec<(ReplayMethod, EstimatorSummary)>,
 }
 
 /// Replays `settings` on jury `d` with its true labels `truth` and the label-free
@@ -124,6 +132,8 @@ pub fn replay(
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
             let mut covered = [0usize; 4];
             let mut width = [0.0; 4];
+            let mut accuracy_covered = [0usize; ESTIMATED.len()];
+            let mut accuracy_width = [0.0; ESTIMATED.len()];
             let (mut redrawn, mut label_free_swapped, mut unbalanced) = (0, 0, 0);
             for outcome in draws {
                 let outcome = outcome?;
@@ -131,6 +141,10 @@ pub fn replay(
                 for e in 0..4 {
                     covered[e] += usize::from(outcome.covered[e]);
                     width[e] += outcome.width[e];
+                }
+                for m in 0..ESTIMATED.len() {
+                    accuracy_covered[m] += usize::from(outcome.accuracy_covered[m]);
+                    accuracy_width[m] += outcome.accuracy_width[m];
                 }
                 redrawn += outcome.redrawn;
                 label_free_swapped += usize::from(outcome.label_free_swapped);
@@ -152,6 +166,14 @@ pub fn replay(
                         (k, EstimatorSummary { coverage: covered[e] as f64 / trials, mean_width: width[e] / trials })
                     })
                     .collect(),
+                accuracy_estimates: ESTIMATED
+                    .iter()
+                    .enumerate()
+                    .map(|(m, &k)| {
+                        let coverage = accuracy_covered[m] as f64 / trials;
+                        (k, EstimatorSummary { coverage, mean_width: accuracy_width[m] / trials })
+                    })
+                    .collect(),
             });
         }
     }
@@ -166,11 +188,14 @@ const REDRAWS: u64 = 100;
 /// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
 /// and its width (in [`Estimator::ALL`] order), how many draws with one class only
 /// were redrawn before it, whether its labels swapped the classes of a label-free
-/// posterior kept, and whether the balance check flagged it.
+/// posterior kept, whether the balance check flagged it, and whether the accuracy each of
+/// [`ESTIMATED`] reads off the labels covers its accuracy on the rest, and the width.
 struct Draw {
     accuracy: [f64; 4],
     covered: [bool; 4],
     width: [f64; 4],
+    accuracy_covered: [bool; ESTIMATED.len()],
+    accuracy_width: [f64; ESTIMATED.len()],
     redrawn: usize,
     label_free_swapped: bool,
     unbalanced: bool,
@@ -238,9 +263,27 @@ impl Jury<'_> {
             covered[e] = interval.covers(rate);
             width[e] = interval.width();
         }
+        let (mut accuracy_covered, mut accuracy_width) = ([false; ESTIMATED.len()], [0.0; ESTIMATED.len()]);
+        if let Some(a) = verdict_accuracy(&sample, &fit, recommended) {
+            // In ESTIMATED's order, the truth in ReplayMethod::ALL's.
+            for (m, (interval, truth)) in [(a.calibrated, accuracy[0]), (a.recommended, accuracy[1])].iter().enumerate()
+            {
+                accuracy_covered[m] = interval.covers(*truth);
+                accuracy_width[m] = interval.width();
+            }
+        }
         let label_free_swapped = fit.label_free_swapped();
         let unbalanced = !Balance::check(posterior, &sample).plausible();
-        Ok(Draw { accuracy, covered, width, redrawn: attempt as usize, label_free_swapped, unbalanced })
+        Ok(Draw {
+            accuracy,
+            covered,
+            width,
+            accuracy_covered,
+            accuracy_width,
+            redrawn: attempt as usize,
+            label_free_swapped,
+            unbalanced,
+        })
     }
 }
 

@@ -56,6 +56,11 @@ pub struct ReplayBudget {
     pub methods: Named<ReplayAccuracy>,
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub estimators: Named<ReplayCoverage>,
+    /// `calibrated`, `recommended`: how often the accuracy read off the calibration
+    /// labels (metrics.json's `calibration.accuracy`) covers the method's accuracy on the
+    /// rest, and the interval's mean width. Absent in files written before it.
+    #[serde(default)]
+    pub accuracy_estimates: Named<ReplayCoverage>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -117,6 +122,11 @@ pub struct CalibrationMetrics {
     /// The positive-class rate (the win rate of a pairwise set) four ways:
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub rates: Named<RateInterval>,
+    /// The accuracy of `calibrated` and `recommended` (the label-free method) on the
+    /// examples outside the calibration set, read off its labels (each judged by a fit
+    /// that did not see it), with a 95% interval. Absent in files written before it.
+    #[serde(default)]
+    pub accuracy: Named<RateInterval>,
 }
 
 /// The judges' mean probability of class 1 and its `p (1 - p)`, inclusion-weighted over the

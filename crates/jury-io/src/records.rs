@@ -12,8 +12,15 @@ use crate::{IoError, layout};
 
 /// Entries keyed by name (a judge's), in their order: a JSON object whose keys keep the
 /// order they were written in.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Named<T>(pub Vec<(String, T)>);
+
+/// No entries (a record's field absent from a file written before it), whatever `T` is.
+impl<T> Default for Named<T> {
+    fn default() -> Self {
+        Named(Vec::new())
+    }
+}
 
 impl<T: Serialize> Serialize for Named<T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

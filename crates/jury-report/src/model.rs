@@ -51,6 +51,9 @@ pub(crate) struct Page {
     /// interval; and their chart.
     pub(crate) rates: Vec<(String, String, String)>,
     pub(crate) rates_svg: Option<String>,
+    /// The accuracy read off the calibration labels out of fold: method, accuracy, 95%
+    /// interval.
+    pub(crate) verdict_accuracy: Vec<(String, String, String)>,
     pub(crate) confusion: Vec<ConfusionRow>,
     pub(crate) slopes: Vec<SlopePlot>,
     pub(crate) hardest: Vec<Hard>,
@@ -332,6 +335,13 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         }
         None => (Vec::new(), None),
     };
+    let verdict_accuracy = metrics.calibration.as_ref().map_or_else(Vec::new, |c| {
+        c.accuracy
+            .0
+            .iter()
+            .map(|(name, r)| (name.clone(), f4(r.estimate), format!("{} - {}", f4(r.low), f4(r.high))))
+            .collect()
+    });
     let names: HashSet<&str> = shown.iter().map(|&k| j.judge_names()[k].as_str()).collect();
     let confusion = confusion_rows(metrics, &names);
     let slopes = slope_plots(metrics, &entries)?;
@@ -353,6 +363,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         calibration,
         rates,
         rates_svg,
+        verdict_accuracy,
         confusion,
         slopes,
         hardest,

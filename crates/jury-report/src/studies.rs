@@ -268,6 +268,10 @@ pub(crate) struct CalibrationPage {
     estimators: Vec<String>,
     accuracy: Vec<CalibrationRow>,
     coverage: Vec<CalibrationRow>,
+    /// The methods whose accuracy the labels estimate, and per budget each estimate's
+    /// coverage of the accuracy on the rest (none in files written before it).
+    estimated: Vec<String>,
+    accuracy_coverage: Vec<CalibrationRow>,
     chart: String,
 }
 
@@ -303,20 +307,15 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
             )
         })
         .collect();
-    let coverage = r
-        .budgets
-        .iter()
-        .map(|b| {
-            row(
-                b,
-                b.estimators
-                    .0
-                    .iter()
-                    .map(|(_, c)| format!("{:.1}%, width {:.3}", 100.0 * c.coverage, c.mean_width))
-                    .collect(),
-            )
-        })
-        .collect();
+    let covered = |c: &jury_io::ReplayCoverage| format!("{:.1}%, width {:.3}", 100.0 * c.coverage, c.mean_width);
+    let coverage = r.budgets.iter().map(|b| row(b, b.estimators.0.iter().map(|(_, c)| covered(c)).collect())).collect();
+    let estimated: Vec<String> =
+        first.map(|b| b.accuracy_estimates.0.iter().map(|(m, _)| m.clone()).collect()).unwrap_or_default();
+    let accuracy_coverage = if estimated.is_empty() {
+        Vec::new()
+    } else {
+        r.budgets.iter().map(|b| row(b, b.accuracy_estimates.0.iter().map(|(_, c)| covered(c)).collect())).collect()
+    };
     // The chart: each estimator's mean interval around the true rate, per budget and sampling.
     let labels: Vec<String> = r
         .budgets
@@ -355,6 +354,8 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
         estimators,
         accuracy,
         coverage,
+        estimated,
+        accuracy_coverage,
         chart,
     })
 }

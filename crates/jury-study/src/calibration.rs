@@ -6,7 +6,8 @@
 
 use jury_aggregate::Aggregation;
 use jury_calibrate::{
-    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplaySettings, Sample, plan_labels, replay,
+    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplayMethod, ReplaySettings, Sample, plan_labels, replay,
+    verdict_accuracy,
 };
 use jury_core::{Judgments, Labels};
 use jury_io::{
@@ -92,6 +93,8 @@ pub(crate) fn calibrate(
     let fit = Calibrated::fit(&d, &sample, settings.seed);
     let aggregation = Aggregation::calibrated(&fit.probabilities(&d), sample.len())?;
     let rates = RateEstimates::estimate(&d, &sample, settings.seed);
+    let hard: Vec<u8> = label_free.labels().iter().map(|&l| u8::from(l == 1)).collect();
+    let accuracy = verdict_accuracy(&sample, &fit, &hard);
     let balance = Balance::check(&d.mean_judge_probabilities(), &sample);
     let covariate =
         |c: jury_calibrate::Covariate| BalanceCovariate { sample_mean: c.sample_mean, all_mean: c.all_mean, z: c.z };
@@ -115,6 +118,13 @@ pub(crate) fn calibrate(
                 .intervals
                 .iter()
                 .map(|(e, i)| (e.name().to_owned(), RateInterval { estimate: i.estimate, low: i.low, high: i.high }))
+                .collect(),
+        ),
+        accuracy: Named(
+            accuracy
+                .iter()
+                .flat_map(|a| [(ReplayMethod::Calibrated, a.calibrated), (ReplayMethod::Recommended, a.recommended)])
+                .map(|(m, i)| (m.name().to_owned(), RateInterval { estimate: i.estimate, low: i.low, high: i.high }))
                 .collect(),
         ),
     };
@@ -173,6 +183,8 @@ pub fn calibration_replay(
     let r = replay(&d, &hard, &truth, &ReplaySettings { budgets: budgets.to_vec(), trials, seed }, progress)
         .map_err(calibration_error)?;
     let true_rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / truth.len() as f64;
+    let coverage =
+        |s: &jury_calibrate::EstimatorSummary| ReplayCoverage { coverage: s.coverage, mean_width: s.mean_width };
     Ok(CalibrationReplay {
         budgets: r
             .into_iter()
@@ -191,13 +203,9 @@ pub fn calibration_replay(
                         })
                         .collect(),
                 ),
-                estimators: Named(
-                    b.estimators
-                        .iter()
-                        .map(|(e, s)| {
-                            (e.name().to_owned(), ReplayCoverage { coverage: s.coverage, mean_width: s.mean_width })
-                        })
-                        .collect(),
+                estimators: Named(b.estimators.iter().map(|(e, s)| (e.name().to_owned(), coverage(s))).collect()),
+                accuracy_estimates: Named(
+                    b.accuracy_estimates.iter().map(|(m, s)| (m.name().to_owned(), coverage(s))).collect(),
                 ),
             })
             .collect(),

@@ -235,6 +235,22 @@ impl<'a> Study<'a> {
                     .map(|(e, r)| format!("{e} {:.3} [{:.3}, {:.3}]", r.estimate, r.low, r.high))
                     .collect();
                 let _ = writeln!(s, "positive rate, 95% intervals: {}", rates.join("; "));
+                if !c.accuracy.0.is_empty() {
+                    let accuracy: Vec<String> = c
+                        .accuracy
+                        .0
+                        .iter()
+                        .map(|(m, r)| {
+                            let m = if m == "recommended" { &c.label_free_method } else { m };
+                            format!("{m} {:.3} [{:.3}, {:.3}]", r.estimate, r.low, r.high)
+                        })
+                        .collect();
+                    let _ = writeln!(
+                        s,
+                        "accuracy outside the calibration set, read off its labels out of fold, 95% intervals: {}",
+                        accuracy.join("; ")
+                    );
+                }
                 if c.n_calibration < jury_calibrate::FEW_LABELS {
                     let _ = writeln!(
                         s,

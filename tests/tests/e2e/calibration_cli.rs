@@ -109,10 +109,21 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     let cal_acc = m["methods"]["calibrated"]["accuracy"].as_f64().unwrap();
     let mv_acc = m["methods"]["mv"]["accuracy"].as_f64().unwrap();
     assert!(cal_acc >= mv_acc - 0.01, "calibrated {cal_acc} vs mv {mv_acc}");
+    // The accuracy read off the calibration labels out of fold: its interval holds the
+    // calibrated method's accuracy on the 1,380 examples scored.
+    for method in ["calibrated", "recommended"] {
+        let r = &c["accuracy"][method];
+        let (lo, est, hi) = (r["low"].as_f64().unwrap(), r["estimate"].as_f64().unwrap(), r["high"].as_f64().unwrap());
+        assert!(lo <= est && est <= hi && hi - lo < 0.3, "{method}: {r}");
+    }
+    let a = &c["accuracy"]["calibrated"];
+    assert!(a["low"].as_f64().unwrap() <= cal_acc && cal_acc <= a["high"].as_f64().unwrap(), "{a} vs {cal_acc}");
+    assert!(said.contains("accuracy outside the calibration set, read off its labels out of fold"), "{said}");
     let predictions = fs::read_to_string(out_dir.join("predictions.csv")).unwrap();
     assert!(predictions.lines().next().unwrap().contains("calibrated_p"));
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("Positive rate corrected with the calibration labels"));
+    assert!(report.contains("Accuracy read off the calibration labels"));
     assert!(!said.contains("note: fewer than"), "{said}");
     assert_eq!(c["balance"]["plausible"], true, "{c}");
     assert!(!said.contains("warning: the calibration examples"), "{said}");
@@ -266,6 +277,7 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
     let page = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(page.contains("the stack, fitted on each draw"));
     assert!(page.contains("0 of 80 (every draw is a true one"));
+    assert!(page.contains("Accuracy read off the calibration labels: coverage"));
     for b in budgets {
         assert!(b["budget"] == 50 || b["budget"] == 100);
         assert!(b["sampling"] == "uniform" || b["sampling"] == "planned");
@@ -281,6 +293,11 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
             let c = b["estimators"][e]["coverage"].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&c));
             assert!(b["estimators"][e]["mean_width"].as_f64().unwrap() > 0.0);
+        }
+        for m in ["calibrated", "recommended"] {
+            let c = b["accuracy_estimates"][m]["coverage"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&c), "{m}: {c}");
+            assert!(b["accuracy_estimates"][m]["mean_width"].as_f64().unwrap() > 0.0);
         }
     }
     // The same seed writes the same file.
