@@ -339,7 +339,11 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         c.accuracy
             .0
             .iter()
-            .map(|(name, r)| (name.clone(), f4(r.estimate), format!("{} - {}", f4(r.low), f4(r.high))))
+            .map(|(name, r)| {
+                // The label-free method by its own name, as the methods' table has it.
+                let name = if name == "recommended" { c.label_free_method.clone() } else { name.clone() };
+                (name, f4(r.estimate), format!("{} - {}", f4(r.low), f4(r.high)))
+            })
             .collect()
     });
     let names: HashSet<&str> = shown.iter().map(|&k| j.judge_names()[k].as_str()).collect();

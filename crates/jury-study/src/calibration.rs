@@ -220,7 +220,7 @@ pub fn calibration_replay(
     })
 }
 
-/// calibration.json as two terminal tables per budget and sampling.
+/// calibration.json as three terminal tables per budget and sampling.
 pub fn calibration_table(r: &CalibrationReplay) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
@@ -231,6 +231,13 @@ pub fn calibration_table(r: &CalibrationReplay) -> String {
         }
         for (e, c) in &b.estimators.0 {
             let _ = writeln!(s, "  {e:<16} coverage {:.3}  width {:.4}", c.coverage, c.mean_width);
+        }
+        for (m, c) in &b.accuracy_estimates.0 {
+            let _ = writeln!(
+                s,
+                "  {m:<16} accuracy read off the labels: coverage {:.3}  width {:.4}",
+                c.coverage, c.mean_width
+            );
         }
     }
     s

@@ -268,6 +268,8 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
     let args: Vec<&str> = owned.iter().map(String::as_str).collect();
     let out = jury(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("calibrated       accuracy read off the labels: coverage"), "{said}");
     let text = fs::read_to_string(out_dir.join("calibration.json")).unwrap();
     let r: Value = serde_json::from_str(&text).unwrap();
     let budgets = r["budgets"].as_array().unwrap();
