@@ -72,11 +72,13 @@ pub struct MethodAccuracy {
     pub p10: f64,
 }
 
-/// An estimator's coverage of the true rate and its mean interval width.
+/// An estimator's coverage of the true rate, its mean interval width, and its mean
+/// error (the estimate less the truth: which side the misses fall on).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EstimatorSummary {
     pub coverage: f64,
     pub mean_width: f64,
+    pub mean_error: f64,
 }
 
 /// One budget and sampling's result.
@@ -131,9 +133,9 @@ pub fn replay(
             });
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
             let mut covered = [0usize; 4];
-            let mut width = [0.0; 4];
+            let (mut width, mut error) = ([0.0; 4], [0.0; 4]);
             let mut accuracy_covered = [0usize; ESTIMATED.len()];
-            let mut accuracy_width = [0.0; ESTIMATED.len()];
+            let (mut accuracy_width, mut accuracy_error) = ([0.0; ESTIMATED.len()], [0.0; ESTIMATED.len()]);
             let (mut redrawn, mut label_free_swapped, mut unbalanced) = (0, 0, 0);
             for outcome in draws {
                 let outcome = outcome?;
@@ -141,10 +143,12 @@ pub fn replay(
                 for e in 0..4 {
                     covered[e] += usize::from(outcome.covered[e]);
                     width[e] += outcome.width[e];
+                    error[e] += outcome.error[e];
                 }
                 for m in 0..ESTIMATED.len() {
                     accuracy_covered[m] += usize::from(outcome.accuracy_covered[m]);
                     accuracy_width[m] += outcome.accuracy_width[m];
+                    accuracy_error[m] += outcome.accuracy_error[m];
                 }
                 redrawn += outcome.redrawn;
                 label_free_swapped += usize::from(outcome.label_free_swapped);
@@ -163,7 +167,8 @@ pub fn replay(
                     .iter()
                     .enumerate()
                     .map(|(e, &k)| {
-                        (k, EstimatorSummary { coverage: covered[e] as f64 / trials, mean_width: width[e] / trials })
+                        let coverage = covered[e] as f64 / trials;
+                        (k, EstimatorSummary { coverage, mean_width: width[e] / trials, mean_error: error[e] / trials })
                     })
                     .collect(),
                 accuracy_estimates: ESTIMATED
@@ -171,7 +176,8 @@ pub fn replay(
                     .enumerate()
                     .map(|(m, &k)| {
                         let coverage = accuracy_covered[m] as f64 / trials;
-                        (k, EstimatorSummary { coverage, mean_width: accuracy_width[m] / trials })
+                        let (mean_width, mean_error) = (accuracy_width[m] / trials, accuracy_error[m] / trials);
+                        (k, EstimatorSummary { coverage, mean_width, mean_error })
                     })
                     .collect(),
             });
@@ -186,16 +192,19 @@ const REDRAWS: u64 = 100;
 
 /// What one draw of a calibration sample gives: each method's accuracy on the rest (in
 /// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
-/// and its width (in [`Estimator::ALL`] order), how many draws with one class only
-/// were redrawn before it, whether its labels swapped the classes of a label-free
-/// posterior kept, whether the balance check flagged it, and whether the accuracy each of
-/// [`ESTIMATED`] reads off the labels covers its accuracy on the rest, and the width.
+/// its width and its estimate's error (in [`Estimator::ALL`] order), how many draws with
+/// one class only were redrawn before it, whether its labels swapped the classes of a
+/// label-free posterior kept, whether the balance check flagged it, and whether the
+/// accuracy each of [`ESTIMATED`] reads off the labels covers its accuracy on the rest,
+/// the width and the error.
 struct Draw {
     accuracy: [f64; 4],
     covered: [bool; 4],
     width: [f64; 4],
+    error: [f64; 4],
     accuracy_covered: [bool; ESTIMATED.len()],
     accuracy_width: [f64; ESTIMATED.len()],
+    accuracy_error: [f64; ESTIMATED.len()],
     redrawn: usize,
     label_free_swapped: bool,
     unbalanced: bool,
@@ -258,18 +267,21 @@ impl Jury<'_> {
             rest(&|i| logistic[i] > 0.0),
         ];
         let rates = RateEstimates::estimate(d, &sample, seed);
-        let (mut covered, mut width) = ([false; 4], [0.0; 4]);
+        let (mut covered, mut width, mut error) = ([false; 4], [0.0; 4], [0.0; 4]);
         for (e, (_, interval)) in rates.intervals.iter().enumerate() {
             covered[e] = interval.covers(rate);
             width[e] = interval.width();
+            error[e] = interval.estimate - rate;
         }
-        let (mut accuracy_covered, mut accuracy_width) = ([false; ESTIMATED.len()], [0.0; ESTIMATED.len()]);
+        let mut accuracy_covered = [false; ESTIMATED.len()];
+        let (mut accuracy_width, mut accuracy_error) = ([0.0; ESTIMATED.len()], [0.0; ESTIMATED.len()]);
         if let Some(a) = verdict_accuracy(&sample, &fit, recommended) {
             // In ESTIMATED's order, the truth in ReplayMethod::ALL's.
             for (m, (interval, truth)) in [(a.calibrated, accuracy[0]), (a.recommended, accuracy[1])].iter().enumerate()
             {
                 accuracy_covered[m] = interval.covers(*truth);
                 accuracy_width[m] = interval.width();
+                accuracy_error[m] = interval.estimate - truth;
             }
         }
         let label_free_swapped = fit.label_free_swapped();
@@ -278,8 +290,10 @@ impl Jury<'_> {
             accuracy,
             covered,
             width,
+            error,
             accuracy_covered,
             accuracy_width,
+            accuracy_error,
             redrawn: attempt as usize,
             label_free_swapped,
             unbalanced,
@@ -351,6 +365,12 @@ mod tests {
         for b in &r {
             for (e, s) in &b.estimators {
                 assert!(s.coverage >= 0.88, "{} {}: coverage {}", b.sampling.name(), e.name(), s.coverage);
+                // The estimate less the true rate (about 0.3): near 0 for estimators built
+                // to be unbiased, whatever the rate.
+                assert!(s.mean_error.abs() < s.mean_width / 10.0, "{} {}: {s:?}", b.sampling.name(), e.name());
+            }
+            for (m, s) in &b.accuracy_estimates {
+                assert!(s.mean_error.abs() < s.mean_width / 10.0, "{} {}: {s:?}", b.sampling.name(), m.name());
             }
             let w = |k: Estimator| b.estimators.iter().find(|(e, _)| *e == k).unwrap().1.mean_width;
             assert!(w(Estimator::PpiJury) < w(Estimator::LabelsOnly), "{b:?}");

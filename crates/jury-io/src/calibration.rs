@@ -74,6 +74,10 @@ pub struct ReplayAccuracy {
 pub struct ReplayCoverage {
     pub coverage: f64,
     pub mean_width: f64,
+    /// The estimate less the truth, averaged over the trials. Absent in files written
+    /// before it.
+    #[serde(default)]
+    pub mean_error: f64,
 }
 
 impl CalibrationReplay {

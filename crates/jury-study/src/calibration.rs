@@ -183,8 +183,11 @@ pub fn calibration_replay(
     let r = replay(&d, &hard, &truth, &ReplaySettings { budgets: budgets.to_vec(), trials, seed }, progress)
         .map_err(calibration_error)?;
     let true_rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / truth.len() as f64;
-    let coverage =
-        |s: &jury_calibrate::EstimatorSummary| ReplayCoverage { coverage: s.coverage, mean_width: s.mean_width };
+    let coverage = |s: &jury_calibrate::EstimatorSummary| ReplayCoverage {
+        coverage: s.coverage,
+        mean_width: s.mean_width,
+        mean_error: s.mean_error,
+    };
     Ok(CalibrationReplay {
         budgets: r
             .into_iter()
@@ -230,13 +233,17 @@ pub fn calibration_table(r: &CalibrationReplay) -> String {
             let _ = writeln!(s, "  {m:<16} accuracy {:.4}  p10 {:.4}", a.mean_accuracy, a.p10_accuracy);
         }
         for (e, c) in &b.estimators.0 {
-            let _ = writeln!(s, "  {e:<16} coverage {:.3}  width {:.4}", c.coverage, c.mean_width);
+            let _ = writeln!(
+                s,
+                "  {e:<16} coverage {:.3}  width {:.4}  error {:+.4}",
+                c.coverage, c.mean_width, c.mean_error
+            );
         }
         for (m, c) in &b.accuracy_estimates.0 {
             let _ = writeln!(
                 s,
-                "  {m:<16} accuracy read off the labels: coverage {:.3}  width {:.4}",
-                c.coverage, c.mean_width
+                "  {m:<16} accuracy read off the labels: coverage {:.3}  width {:.4}  error {:+.4}",
+                c.coverage, c.mean_width, c.mean_error
             );
         }
     }
