@@ -307,7 +307,9 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
             )
         })
         .collect();
-    let covered = |c: &jury_io::ReplayCoverage| format!("{:.1}%, width {:.3}", 100.0 * c.coverage, c.mean_width);
+    let covered = |c: &jury_io::ReplayCoverage| {
+        format!("{:.1}%, width {:.3}, error {:+.3}", 100.0 * c.coverage, c.mean_width, c.mean_error)
+    };
     let coverage = r.budgets.iter().map(|b| row(b, b.estimators.0.iter().map(|(_, c)| covered(c)).collect())).collect();
     let estimated: Vec<String> =
         first.map(|b| b.accuracy_estimates.0.iter().map(|(m, _)| m.clone()).collect()).unwrap_or_default();
@@ -316,7 +318,8 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
     } else {
         r.budgets.iter().map(|b| row(b, b.accuracy_estimates.0.iter().map(|(_, c)| covered(c)).collect())).collect()
     };
-    // The chart: each estimator's mean interval around the true rate, per budget and sampling.
+    // The chart: each estimator's mean interval around its mean estimate, per budget and
+    // sampling, with the true rate marked: an estimator that reads high shows it.
     let labels: Vec<String> = r
         .budgets
         .iter()
@@ -328,14 +331,18 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
         .iter()
         .flat_map(|b| b.estimators.0.iter())
         .zip(&labels)
-        .map(|((_, c), label)| crate::plots::PairPoint {
-            label,
-            estimate: Some((truth, (truth - c.mean_width / 2.0).max(0.0), (truth + c.mean_width / 2.0).min(1.0))),
-            observed: None,
-            human: None,
+        .map(|((_, c), label)| {
+            let mean = truth + c.mean_error;
+            crate::plots::PairPoint {
+                label,
+                estimate: Some((mean, (mean - c.mean_width / 2.0).max(0.0), (mean + c.mean_width / 2.0).min(1.0))),
+                observed: None,
+                human: Some(truth),
+            }
         })
         .collect();
-    let chart = crate::plots::intervals(&rows, "mean interval width, centred on the true rate")?;
+    let chart =
+        crate::plots::intervals(&rows, "mean estimate and mean interval width; the black tick is the true rate")?;
     Ok(CalibrationPage {
         title: "calibration labels replayed".to_owned(),
         facts: vec![

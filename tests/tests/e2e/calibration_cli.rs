@@ -280,6 +280,7 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
     assert!(page.contains("the stack, fitted on each draw"));
     assert!(page.contains("0 of 80 (every draw is a true one"));
     assert!(page.contains("Accuracy read off the calibration labels: coverage"));
+    assert!(page.contains("the black tick is the true rate") && page.contains(", error "), "{page}");
     for b in budgets {
         assert!(b["budget"] == 50 || b["budget"] == 100);
         assert!(b["sampling"] == "uniform" || b["sampling"] == "planned");
@@ -295,6 +296,9 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
             let c = b["estimators"][e]["coverage"].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&c));
             assert!(b["estimators"][e]["mean_width"].as_f64().unwrap() > 0.0);
+            // The estimate less the true rate, within the interval's reach on average.
+            let error = b["estimators"][e]["mean_error"].as_f64().unwrap();
+            assert!(error.abs() < b["estimators"][e]["mean_width"].as_f64().unwrap(), "{e}: {error}");
         }
         for m in ["calibrated", "recommended"] {
             let c = b["accuracy_estimates"][m]["coverage"].as_f64().unwrap();
