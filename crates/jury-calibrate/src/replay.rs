@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::accuracy::verdict_accuracy;
 use crate::fit::{Calibrated, LogOdds, logistic_baseline, picked_judge};
 use crate::plan::{plan_labels, uniform_sample};
-use crate::rates::{Estimator, RateEstimates};
+use crate::rates::{Estimator, Interval, RateEstimates};
 use crate::{Balance, CalibrationError, Sample};
 
 /// How calibration sets are drawn.
@@ -74,11 +74,44 @@ pub struct MethodAccuracy {
 
 /// An estimator's coverage of the true rate, its mean interval width, and its mean
 /// error (the estimate less the truth: which side the misses fall on).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct EstimatorSummary {
     pub coverage: f64,
     pub mean_width: f64,
     pub mean_error: f64,
+}
+
+impl EstimatorSummary {
+    /// The sums over the draws' intervals, each against its truth.
+    fn add(&mut self, s: Scored) {
+        self.coverage += f64::from(u8::from(s.covered));
+        self.mean_width += s.width;
+        self.mean_error += s.error;
+    }
+
+    /// The sums as means over `trials` draws.
+    fn over(self, trials: f64) -> Self {
+        Self {
+            coverage: self.coverage / trials,
+            mean_width: self.mean_width / trials,
+            mean_error: self.mean_error / trials,
+        }
+    }
+}
+
+/// One draw's interval against the truth it estimates. A draw with no interval (an
+/// accuracy where the labels cover every example) scores as uncovered, of no width.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scored {
+    covered: bool,
+    width: f64,
+    error: f64,
+}
+
+impl Scored {
+    fn of(interval: &Interval, truth: f64) -> Self {
+        Self { covered: interval.covers(truth), width: interval.width(), error: interval.estimate - truth }
+    }
 }
 
 /// One budget and sampling's result.
@@ -132,24 +165,14 @@ pub fn replay(
                 draw
             });
             let mut acc = vec![Vec::with_capacity(settings.trials); ReplayMethod::ALL.len()];
-            let mut covered = [0usize; 4];
-            let (mut width, mut error) = ([0.0; 4], [0.0; 4]);
-            let mut accuracy_covered = [0usize; ESTIMATED.len()];
-            let (mut accuracy_width, mut accuracy_error) = ([0.0; ESTIMATED.len()], [0.0; ESTIMATED.len()]);
+            let mut rates = [EstimatorSummary::default(); 4];
+            let mut accuracies = [EstimatorSummary::default(); ESTIMATED.len()];
             let (mut redrawn, mut label_free_swapped, mut unbalanced) = (0, 0, 0);
             for outcome in draws {
                 let outcome = outcome?;
                 acc.iter_mut().zip(outcome.accuracy).for_each(|(a, v)| a.push(v));
-                for e in 0..4 {
-                    covered[e] += usize::from(outcome.covered[e]);
-                    width[e] += outcome.width[e];
-                    error[e] += outcome.error[e];
-                }
-                for m in 0..ESTIMATED.len() {
-                    accuracy_covered[m] += usize::from(outcome.accuracy_covered[m]);
-                    accuracy_width[m] += outcome.accuracy_width[m];
-                    accuracy_error[m] += outcome.accuracy_error[m];
-                }
+                rates.iter_mut().zip(outcome.rates).for_each(|(r, s)| r.add(s));
+                accuracies.iter_mut().zip(outcome.accuracies).for_each(|(a, s)| a.add(s));
                 redrawn += outcome.redrawn;
                 label_free_swapped += usize::from(outcome.label_free_swapped);
                 unbalanced += usize::from(outcome.unbalanced);
@@ -163,23 +186,8 @@ pub fn replay(
                 label_free_swapped,
                 unbalanced,
                 methods: ReplayMethod::ALL.iter().zip(acc).map(|(&m, a)| (m, summarise(a))).collect(),
-                estimators: Estimator::ALL
-                    .iter()
-                    .enumerate()
-                    .map(|(e, &k)| {
-                        let coverage = covered[e] as f64 / trials;
-                        (k, EstimatorSummary { coverage, mean_width: width[e] / trials, mean_error: error[e] / trials })
-                    })
-                    .collect(),
-                accuracy_estimates: ESTIMATED
-                    .iter()
-                    .enumerate()
-                    .map(|(m, &k)| {
-                        let coverage = accuracy_covered[m] as f64 / trials;
-                        let (mean_width, mean_error) = (accuracy_width[m] / trials, accuracy_error[m] / trials);
-                        (k, EstimatorSummary { coverage, mean_width, mean_error })
-                    })
-                    .collect(),
+                estimators: Estimator::ALL.iter().zip(rates).map(|(&k, r)| (k, r.over(trials))).collect(),
+                accuracy_estimates: ESTIMATED.iter().zip(accuracies).map(|(&k, a)| (k, a.over(trials))).collect(),
             });
         }
     }
@@ -191,20 +199,15 @@ pub fn replay(
 const REDRAWS: u64 = 100;
 
 /// What one draw of a calibration sample gives: each method's accuracy on the rest (in
-/// [`ReplayMethod::ALL`] order), whether each estimator's interval covers the true rate
-/// its width and its estimate's error (in [`Estimator::ALL`] order), how many draws with
-/// one class only were redrawn before it, whether its labels swapped the classes of a
-/// label-free posterior kept, whether the balance check flagged it, and whether the
-/// accuracy each of [`ESTIMATED`] reads off the labels covers its accuracy on the rest,
-/// the width and the error.
+/// [`ReplayMethod::ALL`] order), each estimator's interval against the true rate (in
+/// [`Estimator::ALL`] order), how many draws with one class only were redrawn before it,
+/// whether its labels swapped the classes of a label-free posterior kept, whether the
+/// balance check flagged it, and the accuracy each of [`ESTIMATED`] reads off the labels
+/// against its accuracy on the rest.
 struct Draw {
     accuracy: [f64; 4],
-    covered: [bool; 4],
-    width: [f64; 4],
-    error: [f64; 4],
-    accuracy_covered: [bool; ESTIMATED.len()],
-    accuracy_width: [f64; ESTIMATED.len()],
-    accuracy_error: [f64; ESTIMATED.len()],
+    rates: [Scored; 4],
+    accuracies: [Scored; ESTIMATED.len()],
     redrawn: usize,
     label_free_swapped: bool,
     unbalanced: bool,
@@ -267,37 +270,16 @@ impl Jury<'_> {
             rest(&|i| logistic[i] > 0.0),
         ];
         let rates = RateEstimates::estimate(d, &sample, seed);
-        let (mut covered, mut width, mut error) = ([false; 4], [0.0; 4], [0.0; 4]);
-        for (e, (_, interval)) in rates.intervals.iter().enumerate() {
-            covered[e] = interval.covers(rate);
-            width[e] = interval.width();
-            error[e] = interval.estimate - rate;
-        }
-        let mut accuracy_covered = [false; ESTIMATED.len()];
-        let (mut accuracy_width, mut accuracy_error) = ([0.0; ESTIMATED.len()], [0.0; ESTIMATED.len()]);
+        let mut scored = [Scored::default(); 4];
+        scored.iter_mut().zip(&rates.intervals).for_each(|(s, (_, interval))| *s = Scored::of(interval, rate));
+        let mut accuracies = [Scored::default(); ESTIMATED.len()];
         if let Some(a) = verdict_accuracy(&sample, &fit, recommended) {
             // In ESTIMATED's order, the truth in ReplayMethod::ALL's.
-            for (m, (interval, truth)) in [(a.calibrated, accuracy[0]), (a.recommended, accuracy[1])].iter().enumerate()
-            {
-                accuracy_covered[m] = interval.covers(*truth);
-                accuracy_width[m] = interval.width();
-                accuracy_error[m] = interval.estimate - truth;
-            }
+            accuracies = [Scored::of(&a.calibrated, accuracy[0]), Scored::of(&a.recommended, accuracy[1])];
         }
         let label_free_swapped = fit.label_free_swapped();
         let unbalanced = !Balance::check(posterior, &sample).plausible();
-        Ok(Draw {
-            accuracy,
-            covered,
-            width,
-            error,
-            accuracy_covered,
-            accuracy_width,
-            accuracy_error,
-            redrawn: attempt as usize,
-            label_free_swapped,
-            unbalanced,
-        })
+        Ok(Draw { accuracy, rates: scored, accuracies, redrawn: attempt as usize, label_free_swapped, unbalanced })
     }
 }
 
