@@ -96,16 +96,18 @@ impl Problem<'_> {
             mu.iter_mut().zip(row).for_each(|(m, x)| *m += vi * x / sw);
         }
         let zbar: f64 = zr.iter().zip(&v).map(|(z, v)| z * v).sum::<f64>() / sw;
-        // Weighted covariance of the centred columns, and with the working response.
+        // Weighted covariance of the centred columns, and with the working response. Each
+        // entry is summed over the rows in order of the plain products `(v x_a) x_b`; the
+        // slices only spare the index arithmetic its checks.
         let mut g = vec![0.0; p * p];
         let mut c = vec![0.0; p];
+        let mut xc = vec![0.0; p];
         for ((row, vi), zi) in self.z.iter().zip(&v).zip(&zr) {
-            for a in 0..p {
-                let xa = row[a] - mu[a];
-                c[a] += vi * xa * (zi - zbar);
-                for b in 0..=a {
-                    g[a * p + b] += vi * xa * (row[b] - mu[b]);
-                }
+            xc.iter_mut().zip(row).zip(&mu).for_each(|((x, r), m)| *x = r - m);
+            for (a, (ga, ca)) in g.chunks_exact_mut(p).zip(c.iter_mut()).enumerate() {
+                let ha = vi * xc[a];
+                *ca += ha * (zi - zbar);
+                ga[..=a].iter_mut().zip(&xc[..=a]).for_each(|(g, x)| *g += ha * x);
             }
         }
         for a in 0..p {
@@ -115,7 +117,8 @@ impl Problem<'_> {
             g[a * p + a] += 1e-9;
         }
         let beta = &mut fit.beta;
-        let mut q: Vec<f64> = (0..p).map(|a| (0..p).map(|b| g[a * p + b] * beta[b]).sum()).collect();
+        let mut q: Vec<f64> =
+            g.chunks_exact(p).map(|ga| ga.iter().zip(beta.iter()).map(|(g, b)| g * b).sum()).collect();
         for _ in 0..SWEEPS {
             let mut largest = 0.0f64;
             for j in 0..p {
@@ -126,7 +129,8 @@ impl Problem<'_> {
                 let step = next - beta[j];
                 if step != 0.0 {
                     beta[j] = next;
-                    (0..p).for_each(|k| q[k] += step * g[k * p + j]);
+                    // Row j is column j: `g` is symmetric entry for entry.
+                    q.iter_mut().zip(&g[j * p..(j + 1) * p]).for_each(|(q, g)| *q += step * g);
                     largest = largest.max(step.abs() * den.sqrt());
                 }
             }
