@@ -30,7 +30,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Beta, Distribution};
 
 use crate::Sample;
-use crate::fit::{FOLDS, LogOdds, fold_of, pick, picked_judge, picked_judge_rows, weights};
+use crate::folds::{FOLDS, fold_of, pick, weights};
+use crate::log_odds::LogOdds;
+use crate::members::{picked_judge, picked_judge_rows};
 
 const Z95: f64 = 1.959_963_984_540_054;
 /// Mixed into the seed of the folds the judge is picked out of (Rogan-Gladen's and

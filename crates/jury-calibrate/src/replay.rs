@@ -6,7 +6,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::accuracy::verdict_accuracy;
-use crate::fit::{Calibrated, LogOdds, logistic_baseline, picked_judge};
+use crate::fit::Calibrated;
+use crate::log_odds::LogOdds;
+use crate::members::{logistic_baseline, picked_judge};
 use crate::plan::{plan_labels, uniform_sample};
 use crate::rates::{Estimator, Interval, RateEstimates};
 use crate::{Balance, CalibrationError, Sample};
