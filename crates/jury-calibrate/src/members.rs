@@ -91,12 +91,60 @@ impl Candidate {
     }
 
     /// Fits this model on the labeled examples `rows` (indices into `d`), `y` their
-    /// labels and `w` their weights (mean 1); `seed` deals the sparse member's folds.
+    /// labels and `w` their weights (mean 1); `seed` deals the folds of the settings'
+    /// cross-validation.
     pub(crate) fn fit(self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
+        self.fit_with(d, rows, y, w, seed, None).0
+    }
+
+    /// [`Candidate::fit`], with the setting its cross-validation inside `rows` chose: the
+    /// index of the sparse member's penalty on its path or of the exchangeable member's
+    /// ridge; None for the members without one.
+    pub(crate) fn fit_choosing(
+        self,
+        d: &LogOdds,
+        rows: &[usize],
+        y: &[f64],
+        w: &[f64],
+        seed: u64,
+    ) -> (Linear, Setting) {
+        self.fit_with(d, rows, y, w, seed, None)
+    }
+
+    /// This model at a setting chosen on other labels ([`Candidate::fit_choosing`]), with
+    /// no cross-validation inside `rows`: the members without a setting are fitted as
+    /// [`Candidate::fit`] fits them.
+    pub(crate) fn fit_at(
+        self,
+        d: &LogOdds,
+        rows: &[usize],
+        y: &[f64],
+        w: &[f64],
+        seed: u64,
+        setting: Setting,
+    ) -> Linear {
+        self.fit_with(d, rows, y, w, seed, setting).0
+    }
+
+    fn fit_with(
+        self,
+        d: &LogOdds,
+        rows: &[usize],
+        y: &[f64],
+        w: &[f64],
+        seed: u64,
+        setting: Setting,
+    ) -> (Linear, Setting) {
         let k = d.k;
-        match self {
-            Candidate::Sparse => fit_sparse(d, rows, y, w, seed),
-            Candidate::Exchangeable => fit_exchangeable(d, rows, y, w, seed),
+        let lin = match self {
+            Candidate::Sparse => {
+                let (lin, chosen) = fit_sparse(d, rows, y, w, seed, setting);
+                return (lin, Some(chosen));
+            }
+            Candidate::Exchangeable => {
+                let (lin, chosen) = fit_exchangeable(d, rows, y, w, seed, setting);
+                return (lin, Some(chosen));
+            }
             Candidate::LabelFree => {
                 let s: Vec<f64> = rows.iter().map(|&i| d.label_free[i]).collect();
                 let (a, b) = logistic_1d(&s, y, w);
@@ -133,9 +181,13 @@ impl Candidate {
                 let (a, b) = logistic_1d(&s, y, w);
                 Linear { w: v.iter().map(|v| a * v).collect(), label_free: 0.0, bias: b - a * offset }
             }
-        }
+        };
+        (lin, None)
     }
 }
+
+/// A member's setting chosen by cross-validation inside its labels ([`Candidate::fit_choosing`]).
+pub(crate) type Setting = Option<usize>;
 
 /// Penalties on the sparse member's path: this many, from the smallest that keeps every
 /// judge out down to this share of it.
@@ -148,7 +200,9 @@ const SPARSE_RATIO: f64 = 0.03;
 /// Its largest penalty is the label-free posterior rescaled; its smallest, nearly
 /// logistic regression on every judge; one judge entering alone is the picked judge's
 /// case.
-fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
+/// With `chosen`, that penalty's index on the path, not cross-validated; returns the
+/// index fitted.
+fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64, chosen: Option<usize>) -> (Linear, usize) {
     let k = d.k;
     let row = |i: usize| -> Vec<f64> {
         let mut r: Vec<f64> = d.row(i).iter().zip(&d.judge_sd).map(|(x, s)| x / s).collect();
@@ -160,14 +214,30 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
     penalised[k] = false;
     let all = Problem { z: &z, y, w, penalised: &penalised };
     let lambdas = penalties(all.lambda_max(), SPARSE_RATIO, SPARSE_PENALTIES);
-    let m = rows.len();
+    let best = chosen.unwrap_or_else(|| sparse_penalty(&z, y, w, &penalised, &lambdas, seed)).min(lambdas.len() - 1);
+    let fit = all.path(&lambdas[..=best]).pop().unwrap_or(Fit { beta: vec![0.0; k + 1], intercept: 0.0 });
+    // The intercept stays as fitted: with several judges in, it carries their biases, and
+    // 0 is no score's own threshold (shrinking it, as `shrink_intercept` does for one
+    // score, cost logistic regression 1.7 points on HaluEval-10 at 100 labels).
+    let lin = Linear {
+        w: fit.beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| b / s).collect(),
+        label_free: fit.beta[k] / d.label_free_sd,
+        bias: fit.intercept,
+    };
+    (lin, best)
+}
+
+/// The index of the sparse member's penalty among `lambdas` with the least 5-fold
+/// (seeded) out-of-fold log-loss on the rows of `z`.
+fn sparse_penalty(z: &[Vec<f64>], y: &[f64], w: &[f64], penalised: &[bool], lambdas: &[f64], seed: u64) -> usize {
+    let m = z.len();
     let folds = fold_of(y, seed);
     // Each fold's mean out-of-fold log-loss at each penalty.
     let mut fold_loss = vec![vec![0.0; lambdas.len()]; FOLDS.min(m)];
     for (f, fl) in fold_loss.iter_mut().enumerate() {
         let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
-        let (tz, ty, tw) = subset(&z, y, w, &train);
-        let path = Problem { z: &tz, y: &ty, w: &tw, penalised: &penalised }.path(&lambdas);
+        let (tz, ty, tw) = subset(z, y, w, &train);
+        let path = Problem { z: &tz, y: &ty, w: &tw, penalised }.path(lambdas);
         let weight: f64 = test.iter().map(|&r| w[r]).sum::<f64>().max(1e-300);
         for (l, fit) in path.iter().enumerate() {
             fl[l] = test
@@ -182,16 +252,7 @@ fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> L
     }
     let nf = fold_loss.len() as f64;
     let mean: Vec<f64> = (0..lambdas.len()).map(|l| fold_loss.iter().map(|f| f[l]).sum::<f64>() / nf).collect();
-    let best = argmin(&mean);
-    let fit = all.path(&lambdas[..=best]).pop().unwrap_or(Fit { beta: vec![0.0; k + 1], intercept: 0.0 });
-    // The intercept stays as fitted: with several judges in, it carries their biases, and
-    // 0 is no score's own threshold (shrinking it, as `shrink_intercept` does for one
-    // score, cost logistic regression 1.7 points on HaluEval-10 at 100 labels).
-    Linear {
-        w: fit.beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| b / s).collect(),
-        label_free: fit.beta[k] / d.label_free_sd,
-        bias: fit.intercept,
-    }
+    argmin(&mean)
 }
 
 /// Ridges tried for the exchangeable member, on the sum of log-losses over the labels.
@@ -203,7 +264,15 @@ const EXCHANGEABLE_RIDGES: [f64; 8] = [0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 
 /// until the labels tell them apart); the ridge minimises the 5-fold (seeded) out-of-fold
 /// log-loss on `rows`. Its largest ridge is the judges' standardised log-odds summed with
 /// one weight; its smallest, nearly logistic regression on every judge.
-fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
+/// With `chosen`, that ridge's index, not cross-validated; returns the index fitted.
+fn fit_exchangeable(
+    d: &LogOdds,
+    rows: &[usize],
+    y: &[f64],
+    w: &[f64],
+    seed: u64,
+    chosen: Option<usize>,
+) -> (Linear, usize) {
     let k = d.k;
     let norm = (k.max(1) as f64).sqrt();
     // The judges' standardised log-odds and, unpenalised, their sum: a ridge toward 0 on
@@ -217,12 +286,28 @@ fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64
         })
         .collect();
     let prior = |l2: f64| Prior::ridge(k + 1, l2, 1e-6).free(k);
-    let m = rows.len();
+    let best = chosen.unwrap_or_else(|| exchangeable_ridge(&z, y, w, seed, &prior)).min(EXCHANGEABLE_RIDGES.len() - 1);
+    let beta = logistic(&z, y, w, &prior(EXCHANGEABLE_RIDGES[best]), false).beta;
+    // The intercept stays as fitted, as `sparse`'s does: several judges' biases, no
+    // score's own threshold.
+    let lin = Linear {
+        w: beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| (b + beta[k] / norm) / s).collect(),
+        label_free: 0.0,
+        bias: beta[k + 1],
+    };
+    (lin, best)
+}
+
+/// The index of the exchangeable member's ridge with the least 5-fold (seeded)
+/// out-of-fold log-loss on the rows of `z` (the judges' columns, then their scaled sum).
+fn exchangeable_ridge(z: &[Vec<f64>], y: &[f64], w: &[f64], seed: u64, prior: &dyn Fn(f64) -> Prior) -> usize {
+    let m = z.len();
+    let k = z.first().map_or(1, Vec::len) - 1;
     let folds = fold_of(y, seed);
     let mut loss = [0.0; EXCHANGEABLE_RIDGES.len()];
     for f in 0..FOLDS.min(m) {
         let (train, test): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| folds[r] != f);
-        let (tz, ty, tw) = subset(&z, y, w, &train);
+        let (tz, ty, tw) = subset(z, y, w, &train);
         // From the largest ridge down, each fit started at the last one's solution.
         let mut beta = vec![0.0; k + 2];
         for (l, &l2) in EXCHANGEABLE_RIDGES.iter().enumerate().rev() {
@@ -236,15 +321,7 @@ fn fit_exchangeable(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64
                 .sum::<f64>();
         }
     }
-    let best = argmin(&loss);
-    let beta = logistic(&z, y, w, &prior(EXCHANGEABLE_RIDGES[best]), false).beta;
-    // The intercept stays as fitted, as `sparse`'s does: several judges' biases, no
-    // score's own threshold.
-    Linear {
-        w: beta[..k].iter().zip(&d.judge_sd).map(|(b, s)| (b + beta[k] / norm) / s).collect(),
-        label_free: 0.0,
-        bias: beta[k + 1],
-    }
+    argmin(&loss)
 }
 
 /// The judge whose hard votes agree most with the weighted labels (the first on ties).
@@ -293,7 +370,7 @@ mod tests {
         let (d, truth) = jury(4000, 3);
         let rows: Vec<usize> = (0..200).collect();
         let y: Vec<f64> = rows.iter().map(|&i| f64::from(truth[i])).collect();
-        let lin = fit_sparse(&d, &rows, &y, &[1.0; 200], 5);
+        let lin = fit_sparse(&d, &rows, &y, &[1.0; 200], 5, None).0;
         let strong = lin.w[0] * d.judge_sd[0];
         let others = lin.w[1..].iter().zip(&d.judge_sd[1..]).map(|(w, s)| (w * s).abs()).sum::<f64>();
         assert!(strong > 2.0 * others, "{lin:?}");
@@ -318,7 +395,7 @@ mod tests {
         let d = LogOdds::from_dense(n, k, x, &vec![0.5; n]).unwrap();
         let rows: Vec<usize> = (0..60).collect();
         let y: Vec<f64> = rows.iter().map(|&i| f64::from(truth[i])).collect();
-        let lin = fit_exchangeable(&d, &rows, &y, &[1.0; 60], 3);
+        let lin = fit_exchangeable(&d, &rows, &y, &[1.0; 60], 3, None).0;
         let scaled: Vec<f64> = lin.w.iter().zip(&d.judge_sd).map(|(w, s)| w * s).collect();
         let (lo, hi) = scaled.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
         assert!(lo > 0.0 && hi < 1.5 * lo, "{scaled:?}");
@@ -326,7 +403,7 @@ mod tests {
         let (d, truth) = jury(4000, 3);
         let rows: Vec<usize> = (0..200).collect();
         let y: Vec<f64> = rows.iter().map(|&i| f64::from(truth[i])).collect();
-        let lin = fit_exchangeable(&d, &rows, &y, &[1.0; 200], 5);
+        let lin = fit_exchangeable(&d, &rows, &y, &[1.0; 200], 5, None).0;
         let scaled: Vec<f64> = lin.w.iter().zip(&d.judge_sd).map(|(w, s)| w * s).collect();
         assert!(scaled[1..].iter().all(|&v| scaled[0] > 2.0 * v.abs()), "{scaled:?}");
     }
