@@ -83,7 +83,7 @@ impl Calibrated {
             let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
             let (tr, ty, tw) = pick(rows, y, w, &train);
             for (c, cand) in Candidate::ALL.iter().enumerate().filter(|(c, _)| joins[*c]) {
-                let (lin, setting) = cand.fit_choosing(d, &tr, &ty, &tw, seed);
+                let (lin, setting) = cand.fit_at(d, &tr, &ty, &tw, seed, None);
                 chosen[c] = setting;
                 (0..m).filter(|&r| folds[r] == f).for_each(|r| oof[r][c] = lin.score(d, rows[r]).clamp(-30.0, 30.0));
             }
@@ -145,7 +145,7 @@ impl Calibrated {
 }
 
 /// What the stack keeps of its fits without each fold: each labeled row's fold, which
-/// members join, the settings each fold's fits chose ([`Candidate::fit_choosing`]) and
+/// members join, the settings each fold's fits chose ([`Candidate::fit_at`]) and
 /// each row's scores from the members fitted without its fold.
 struct FoldFits {
     folds: Vec<usize>,
@@ -171,16 +171,18 @@ impl FoldFits {
     fn stacked_apart(&self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64, prior: &Prior) -> Vec<f64> {
         let (m, members, folds) = (rows.len(), Candidate::ALL.len(), &self.folds);
         let nf = self.settings.len();
-        // apart[f][r]: row r (outside fold f) scored by members fitted without f and r's fold.
-        let mut apart = vec![vec![vec![0.0; members]; m]; nf];
-        for f in 0..nf {
+        // apart[f][r]: row r (outside fold f) scored by members fitted without f and r's
+        // fold. With two folds (two labels) no member can be fitted without both, and the
+        // weights are fitted on the out-of-fold scores as they are.
+        let mut apart = vec![self.oof.clone(); nf];
+        for f in (0..nf).filter(|_| nf > 2) {
             for g in f + 1..nf {
                 let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f && folds[r] != g).collect();
                 let (tr, ty, tw) = pick(rows, y, w, &train);
                 for (c, cand) in Candidate::ALL.iter().enumerate().filter(|(c, _)| self.joins[*c]) {
                     let (at_f, at_g) = (self.settings[f][c], self.settings[g][c]);
-                    let for_f = cand.fit_at(d, &tr, &ty, &tw, seed, at_f);
-                    let for_g = (at_g != at_f).then(|| cand.fit_at(d, &tr, &ty, &tw, seed, at_g));
+                    let for_f = cand.fit_at(d, &tr, &ty, &tw, seed, at_f).0;
+                    let for_g = (at_g != at_f).then(|| cand.fit_at(d, &tr, &ty, &tw, seed, at_g).0);
                     for r in (0..m).filter(|&r| folds[r] == g) {
                         apart[f][r][c] = for_f.score(d, rows[r]).clamp(-30.0, 30.0);
                     }
@@ -305,6 +307,22 @@ pub(crate) mod tests {
         let sample = Sample::new(n, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
         let fit = Calibrated::fit(&d, &sample, 1);
         assert!(fit.label_free_kept() && !fit.label_free_swapped());
+    }
+
+    /// Two labels make two folds, and no member can then be fitted without both; three
+    /// make three folds of one label each.
+    #[test]
+    fn two_or_three_labels_give_finite_scores_out_of_fold() {
+        let (d, truth) = jury(500, 4);
+        for count in [2, 3] {
+            let of = |class: u8, take: usize| (0..500).filter(|&i| truth[i] == class).take(take).collect::<Vec<_>>();
+            let index: Vec<usize> = [of(1, 1), of(0, count - 1)].concat();
+            let sample = Sample::new(500, index.clone(), index.iter().map(|&i| truth[i]).collect(), None).unwrap();
+            let fit = Calibrated::fit(&d, &sample, 2);
+            assert_eq!(fit.out_of_fold().len(), count);
+            assert!(fit.out_of_fold().iter().all(|s| s.is_finite()), "{:?}", fit.out_of_fold());
+            assert!(fit.probabilities(&d).iter().all(|p| p.is_finite()));
+        }
     }
 
     #[test]

@@ -94,39 +94,14 @@ impl Candidate {
     /// labels and `w` their weights (mean 1); `seed` deals the folds of the settings'
     /// cross-validation.
     pub(crate) fn fit(self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64) -> Linear {
-        self.fit_with(d, rows, y, w, seed, None).0
+        self.fit_at(d, rows, y, w, seed, None).0
     }
 
-    /// [`Candidate::fit`], with the setting its cross-validation inside `rows` chose: the
-    /// index of the sparse member's penalty on its path or of the exchangeable member's
-    /// ridge; None for the members without one.
-    pub(crate) fn fit_choosing(
-        self,
-        d: &LogOdds,
-        rows: &[usize],
-        y: &[f64],
-        w: &[f64],
-        seed: u64,
-    ) -> (Linear, Setting) {
-        self.fit_with(d, rows, y, w, seed, None)
-    }
-
-    /// This model at a setting chosen on other labels ([`Candidate::fit_choosing`]), with
-    /// no cross-validation inside `rows`: the members without a setting are fitted as
-    /// [`Candidate::fit`] fits them.
+    /// [`Candidate::fit`] at `setting`, a setting chosen on other labels (no
+    /// cross-validation inside `rows`), or with None at the one cross-validation inside
+    /// `rows` chooses; with the setting fitted: the index of the sparse member's penalty
+    /// on its path or of the exchangeable member's ridge, None for the members without one.
     pub(crate) fn fit_at(
-        self,
-        d: &LogOdds,
-        rows: &[usize],
-        y: &[f64],
-        w: &[f64],
-        seed: u64,
-        setting: Setting,
-    ) -> Linear {
-        self.fit_with(d, rows, y, w, seed, setting).0
-    }
-
-    fn fit_with(
         self,
         d: &LogOdds,
         rows: &[usize],
@@ -186,7 +161,7 @@ impl Candidate {
     }
 }
 
-/// A member's setting chosen by cross-validation inside its labels ([`Candidate::fit_choosing`]).
+/// A member's setting chosen by cross-validation inside its labels ([`Candidate::fit_at`]).
 pub(crate) type Setting = Option<usize>;
 
 /// Penalties on the sparse member's path: this many, from the smallest that keeps every
