@@ -90,8 +90,7 @@ impl Calibrated {
         }
         let centre = joins.iter().map(|&j| if j { 1.0 / joined as f64 } else { 0.0 }).collect();
         let prior = Prior::ridge(members, STACK_RIDGE, 1e-6).toward(centre);
-        let LogisticFit { beta, intercept_se } = logistic(&oof, y, w, &prior, true);
-        let bias = shrink_intercept(beta[members], intercept_se);
+        let (beta, bias) = stack_weights(&oof, y, w, &prior);
         let out_of_fold = FoldFits { folds, joins, settings, oof }.stacked_apart(d, rows, y, w, seed, &prior);
         let mut model = Linear { w: vec![0.0; d.k], label_free: 0.0, bias };
         let mut stack = Vec::with_capacity(members);
@@ -164,31 +163,30 @@ impl FoldFits {
     /// `f`'s for `g`'s, at the setting chosen without `f` and without `g` respectively
     /// (one fit where they agree), so no fit behind fold `f`'s scores saw its labels: ten
     /// fits of each member for five folds, none cross-validated again (the settings of
-    /// `f`'s weights' rows were chosen with those rows in view). Weights fitted on the rows they score read 0.9 points too
-    /// high on a simulated jury at 100 labels; on rows scored by members that had seen
-    /// the fold, 3.6 points on Conversations Gone Awry's near-chance judges at 50 labels
-    /// (docs/reproduction/calibration-held-out.md).
+    /// `f`'s weights' rows were chosen with those rows in view). Weights fitted on the
+    /// rows they score read 0.9 points too high on a simulated jury at 100 labels; on rows
+    /// scored by members that had seen the fold, 3.6 points on Conversations Gone Awry's
+    /// near-chance judges at 50 labels (docs/reproduction/calibration-held-out.md).
     fn stacked_apart(&self, d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64, prior: &Prior) -> Vec<f64> {
-        let (m, members, folds) = (rows.len(), Candidate::ALL.len(), &self.folds);
+        let (m, folds) = (rows.len(), &self.folds);
         let nf = self.settings.len();
         // apart[f][r]: row r (outside fold f) scored by members fitted without f and r's
         // fold. With two folds (two labels) no member can be fitted without both, and the
         // weights are fitted on the out-of-fold scores as they are.
         let mut apart = vec![self.oof.clone(); nf];
-        for f in (0..nf).filter(|_| nf > 2) {
-            for g in f + 1..nf {
-                let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f && folds[r] != g).collect();
-                let (tr, ty, tw) = pick(rows, y, w, &train);
-                for (c, cand) in Candidate::ALL.iter().enumerate().filter(|(c, _)| self.joins[*c]) {
-                    let (at_f, at_g) = (self.settings[f][c], self.settings[g][c]);
-                    let for_f = cand.fit_at(d, &tr, &ty, &tw, seed, at_f).0;
-                    let for_g = (at_g != at_f).then(|| cand.fit_at(d, &tr, &ty, &tw, seed, at_g).0);
-                    for r in (0..m).filter(|&r| folds[r] == g) {
-                        apart[f][r][c] = for_f.score(d, rows[r]).clamp(-30.0, 30.0);
-                    }
-                    for r in (0..m).filter(|&r| folds[r] == f) {
-                        apart[g][r][c] = for_g.as_ref().unwrap_or(&for_f).score(d, rows[r]).clamp(-30.0, 30.0);
-                    }
+        let pairs = (0..nf).flat_map(|f| (f + 1..nf).map(move |g| (f, g))).filter(|_| nf > 2);
+        for (f, g) in pairs {
+            let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f && folds[r] != g).collect();
+            let (tr, ty, tw) = pick(rows, y, w, &train);
+            for (c, cand) in Candidate::ALL.iter().enumerate().filter(|(c, _)| self.joins[*c]) {
+                let (at_f, at_g) = (self.settings[f][c], self.settings[g][c]);
+                let for_f = cand.fit_at(d, &tr, &ty, &tw, seed, at_f).0;
+                let for_g = (at_g != at_f).then(|| cand.fit_at(d, &tr, &ty, &tw, seed, at_g).0);
+                for r in (0..m).filter(|&r| folds[r] == g) {
+                    apart[f][r][c] = for_f.score(d, rows[r]).clamp(-30.0, 30.0);
+                }
+                for r in (0..m).filter(|&r| folds[r] == f) {
+                    apart[g][r][c] = for_g.as_ref().unwrap_or(&for_f).score(d, rows[r]).clamp(-30.0, 30.0);
                 }
             }
         }
@@ -196,14 +194,21 @@ impl FoldFits {
         for (f, scored) in apart.iter().enumerate() {
             let train: Vec<usize> = (0..m).filter(|&r| folds[r] != f).collect();
             let (tz, ty, tw) = subset(scored, y, w, &train);
-            let LogisticFit { beta, intercept_se } = logistic(&tz, &ty, &tw, prior, true);
-            let bias = shrink_intercept(beta[members], intercept_se);
+            let (beta, bias) = stack_weights(&tz, &ty, &tw, prior);
             for r in (0..m).filter(|&r| folds[r] == f) {
                 out_of_fold[r] = self.oof[r].iter().zip(&beta).map(|(s, b)| s * b).sum::<f64>() + bias;
             }
         }
         out_of_fold
     }
+}
+
+/// The stack's weights on the members' scores `z` (non-negative, ridged by `prior`) and
+/// its intercept, shrunk toward the members' combined threshold ([`shrink_intercept`]).
+fn stack_weights(z: &[Vec<f64>], y: &[f64], w: &[f64], prior: &Prior) -> (Vec<f64>, f64) {
+    let LogisticFit { beta, intercept_se } = logistic(z, y, w, prior, true);
+    let bias = shrink_intercept(beta[Candidate::ALL.len()], intercept_se);
+    (beta, bias)
 }
 
 /// Whether the labels take the label-free posterior's class 1 for their 0: the

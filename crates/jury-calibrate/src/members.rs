@@ -175,6 +175,7 @@ const SPARSE_RATIO: f64 = 0.03;
 /// Its largest penalty is the label-free posterior rescaled; its smallest, nearly
 /// logistic regression on every judge; one judge entering alone is the picked judge's
 /// case.
+///
 /// With `chosen`, that penalty's index on the path, not cross-validated; returns the
 /// index fitted.
 fn fit_sparse(d: &LogOdds, rows: &[usize], y: &[f64], w: &[f64], seed: u64, chosen: Option<usize>) -> (Linear, usize) {
@@ -239,6 +240,7 @@ const EXCHANGEABLE_RIDGES: [f64; 8] = [0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 
 /// until the labels tell them apart); the ridge minimises the 5-fold (seeded) out-of-fold
 /// log-loss on `rows`. Its largest ridge is the judges' standardised log-odds summed with
 /// one weight; its smallest, nearly logistic regression on every judge.
+///
 /// With `chosen`, that ridge's index, not cross-validated; returns the index fitted.
 fn fit_exchangeable(
     d: &LogOdds,
