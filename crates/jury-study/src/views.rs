@@ -375,7 +375,10 @@ fn table(j: &Judgments, labels: Option<&Labels>, runs: &[crate::MethodRun]) -> S
     let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
     let cover = coverage(j);
     let names: Vec<String> = j.judge_names().iter().map(|n| shown_name(n)).collect();
-    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(5).max(6);
+    // One name column for both tables: a method's name (`calibrated`, `care-gauss`) may
+    // be longer than every judge's.
+    let width =
+        names.iter().map(|n| n.chars().count()).chain(runs.iter().map(|r| r.name.len())).max().unwrap_or(5).max(6);
     let _ = writeln!(s, "\n{:<width$}  {:>8}  {:>8}", "judge", "accuracy", "coverage");
     for (k, name) in names.iter().enumerate() {
         let _ = writeln!(s, "{name:<width$}  {:>8}  {:>8.3}", fmt_opt(judge_acc[k]), cover[k]);
@@ -417,6 +420,30 @@ mod tests {
         let t = table(&b.build(), None, &[]);
         assert!(t.contains(&format!("{}…", "j".repeat(NAME_WIDTH - 1))), "{t}");
         assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
+    }
+
+    #[test]
+    fn a_method_name_longer_than_every_judge_name_keeps_the_columns_aligned() {
+        let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
+        b.push_binary("e1", "j1", Some(0.9)).unwrap();
+        b.push_binary("e1", "j2", Some(0.2)).unwrap();
+        let j = b.build();
+        let run = |name| {
+            let aggregation = jury_aggregate::Aggregator::aggregate(
+                &jury_aggregate::AverageProb { ties: jury_aggregate::TieBreak::Negative },
+                &j,
+            )
+            .unwrap();
+            crate::MethodRun { name, aggregation, seconds: 0.0 }
+        };
+        let t = table(&j, None, &[run("calibrated"), run("avg")]);
+        // Every row of the methods' table puts its accuracy column where the header does.
+        let header = t.lines().find(|l| l.starts_with("method")).expect("a methods header");
+        let at = header.find("accuracy").expect("an accuracy column");
+        for name in ["calibrated", "avg"] {
+            let row = t.lines().find(|l| l.starts_with(name)).expect("a row per method");
+            assert_eq!(row.find(" -").map(|i| i + 1), Some(at + "accuracy".len() - 1), "{t}");
+        }
     }
 
     #[test]
