@@ -582,6 +582,13 @@ pub fn read_calibration_among(
     let t = Table::load(path)?;
     let ids = t.strings(EXAMPLE_ID)?;
     let raw = t.strings(LABEL)?;
+    if n_classes != 2 {
+        // Every label would be refused: say why once, not that `0` is not binary.
+        return Err(t.column_err(
+            LABEL,
+            format!("calibration labels need judgments of two classes; these judgments have {n_classes}"),
+        ));
+    }
     let inclusion = if t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
     let position: HashMap<&str, usize> = example_ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
     let mut seen: HashMap<usize, usize> = HashMap::new();
@@ -594,7 +601,7 @@ pub fn read_calibration_among(
             return Err(t.field_err(i, EXAMPLE_ID, format!("`{id}` is not among the judgments' examples")));
         };
         let text = label.as_deref().map(str::trim).unwrap_or("");
-        let Some(l) = parse_label(text, 2).filter(|_| n_classes == 2) else {
+        let Some(l) = parse_label(text, 2) else {
             return Err(t.field_err(i, LABEL, format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
         };
         if let Some(first) = seen.insert(n, i) {
@@ -808,5 +815,17 @@ mod tests {
         assert!(e.contains("bad.csv line 2: column `label`: `2` is not a label"), "{e}");
         let empty = write(dir.path(), "e.csv", "example_id,label\n");
         assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
+    }
+
+    /// Calibration labels against judgments of three classes: one message saying why,
+    /// not that the first row's `0` is not binary.
+    #[test]
+    fn calibration_labels_for_judgments_of_three_classes_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = write(dir.path(), "j.csv", "example_id,judge,p0,p1,p2\nx,a,0.2,0.3,0.5\ny,a,0.6,0.3,0.1\n");
+        let c = write(dir.path(), "c.csv", "example_id,label\nx,0\ny,1\n");
+        let e = read_calibration(&c, &read_judgments(&j).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("c.csv"), "{e}");
+        assert!(e.ends_with("need judgments of two classes; these judgments have 3"), "{e}");
     }
 }

@@ -50,11 +50,25 @@ impl Settings {
 }
 
 fn calibration_error(e: jury_calibrate::CalibrationError) -> StudyError {
-    let flag = match e {
-        jury_calibrate::CalibrationError::DrawsOneClass { .. } => "--budget",
-        _ => "--calibration",
+    let (flag, reason) = match e {
+        jury_calibrate::CalibrationError::DrawsOneClass { .. } => ("--budget", e.to_string()),
+        jury_calibrate::CalibrationError::NotBinary(n) => ("--judgments", not_binary(n)),
+        _ => ("--calibration", e.to_string()),
     };
-    StudyError::Option { flag, reason: e.to_string() }
+    StudyError::Option { flag, reason }
+}
+
+/// The judgments are at fault, whichever command read them (`simulate calibration` and
+/// `label-plan` have no `--calibration`); said before the label-free method is fitted.
+fn check_binary(j: &Judgments) -> Result<(), StudyError> {
+    match j.n_classes() {
+        2 => Ok(()),
+        n => Err(StudyError::Option { flag: "--judgments", reason: not_binary(n) }),
+    }
+}
+
+fn not_binary(n: usize) -> String {
+    format!("have {n} classes; calibration labels need judgments of two")
 }
 
 /// A budget's errors name `--budget`, and come before any method is fitted.
@@ -140,6 +154,7 @@ pub fn label_plan(
     budget: usize,
     seed: u64,
 ) -> Result<Vec<(String, f64)>, StudyError> {
+    check_binary(j)?;
     check_budget(budget, j)?;
     let (_, p1, _) = settings.label_free(j)?;
     let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
@@ -158,6 +173,7 @@ pub fn calibration_replay(
     seed: u64,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<CalibrationReplay, StudyError> {
+    check_binary(j)?;
     for &b in budgets {
         check_budget(b, j)?;
     }
@@ -248,4 +264,26 @@ pub fn calibration_table(r: &CalibrationReplay) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan or a replay for judgments of three classes is refused by `--judgments`,
+    /// before the label-free method runs.
+    #[test]
+    fn judgments_of_three_classes_are_refused_by_their_flag() {
+        let mut b = jury_core::JudgmentsBuilder::new(3).unwrap();
+        for (e, p) in [("x", [0.2, 0.3, 0.5]), ("y", [0.6, 0.3, 0.1]), ("z", [0.1, 0.8, 0.1])] {
+            b.push(e, "a", Some(p.to_vec())).unwrap();
+        }
+        let j = b.build();
+        let settings = Settings::new(&crate::AggregateOptions::default()).unwrap();
+        let e = label_plan(&j, &settings, 2, 0).unwrap_err().to_string();
+        assert_eq!(e, "--judgments have 3 classes; calibration labels need judgments of two");
+        let labels = Labels::new(3, vec![Some(0), Some(1), Some(2)]).unwrap();
+        let e = calibration_replay(&j, &labels, &settings, &[2], 1, 0, &|_, _| {}).unwrap_err().to_string();
+        assert_eq!(e, "--judgments have 3 classes; calibration labels need judgments of two");
+    }
 }
