@@ -23,7 +23,9 @@
 //! the confident rows' error rate as known to be 0, and the effective size ran to ten
 //! times the labels: the interval covered 71.5% at 100 labels on a simulated jury of
 //! 200,000 (docs/reproduction/calibration-rates.md). At the labels' count, Clopper-Pearson
-//! grants the unseen errors the room it would grant uniform labels that saw none.
+//! grants the unseen errors the room it would grant uniform labels that saw none. The
+//! cap also holds where no labeled verdict is wrong and the weighted share, not exactly
+//! 1 in floating point, made the linearised effective size run to 1e17.
 //!
 //! The picked judge gets no such estimate: out of fold, each fold's judge is the one the
 //! other folds pick, and which judge that is varies, so the share right out of fold
@@ -61,18 +63,26 @@ pub fn verdict_accuracy(sample: &Sample, fit: &Calibrated, recommended: &[u8]) -
     let e: Vec<f64> = outside.iter().map(|w| w * k / total).collect();
     let right = |vote: &dyn Fn(usize) -> bool| -> Interval {
         let c: Vec<f64> = (0..y.len()).map(|r| f64::from(u8::from(vote(r) == (y[r] == 1)))).collect();
-        // The weights sum to `k`: the share is a ratio estimate, whose linearised variance
-        // is `sum e^2 (c - share)^2 / k^2`, read as the effective size that gives it.
-        let rest = c.iter().zip(&e).map(|(c, e)| c * e).sum::<f64>() / k;
-        let spread: f64 = c.iter().zip(&e).map(|(c, e)| (e * (c - rest)).powi(2)).sum();
-        let n = if rest > 0.0 && rest < 1.0 && spread > 0.0 { k * k * rest * (1.0 - rest) / spread } else { kish(&e) };
-        // No more than the labels' count: see the module's note on rare errors.
-        clopper_pearson(rest, n.min(k) * (big_n - k) / big_n)
+        share_right(&c, &e, big_n)
     };
     Some(VerdictAccuracy {
         calibrated: right(&|r| fit.out_of_fold()[r] > 0.0),
         recommended: right(&|r| recommended.get(index[r]) == Some(&1)),
     })
+}
+
+/// The share right `c` (0 or 1 per labeled row) over the examples outside the labels,
+/// each row standing for `e` of them (the weights sum to the labels' count `k`), among
+/// `big_n` examples in all.
+fn share_right(c: &[f64], e: &[f64], big_n: f64) -> Interval {
+    let k = c.len() as f64;
+    // The weights sum to `k`: the share is a ratio estimate, whose linearised variance
+    // is `sum e^2 (c - share)^2 / k^2`, read as the effective size that gives it.
+    let rest = c.iter().zip(e).map(|(c, e)| c * e).sum::<f64>() / k;
+    let spread: f64 = c.iter().zip(e).map(|(c, e)| (e * (c - rest)).powi(2)).sum();
+    let n = if rest > 0.0 && rest < 1.0 && spread > 0.0 { k * k * rest * (1.0 - rest) / spread } else { kish(e) };
+    // No more than the labels' count: see the module's note on rare errors.
+    clopper_pearson(rest, n.min(k) * (big_n - k) / big_n)
 }
 
 #[cfg(test)]
@@ -157,13 +167,30 @@ mod tests {
         }
     }
 
+    /// Every labeled verdict right, under weights that are equal but not exactly 1: the
+    /// share sums to 1 - 1e-16, and the interval is still Clopper-Pearson's for no error
+    /// among the labels, not a point.
+    #[test]
+    fn no_error_among_the_labels_is_not_read_as_certainty() {
+        let (k, big_n) = (50usize, 1371.0);
+        let w = 1.0 / (k as f64 / big_n) - 1.0;
+        // Summed as `verdict_accuracy` sums them.
+        let total: f64 = (0..k).map(|_| w).sum();
+        let e = vec![w * k as f64 / total; k];
+        let c = vec![1.0; k];
+        assert!(e.iter().sum::<f64>() / (k as f64) < 1.0, "the case this test is for");
+        let a = share_right(&c, &e, big_n);
+        let n = k as f64 * (big_n - k as f64) / big_n;
+        assert!((a.low - 0.025f64.powf(1.0 / n)).abs() < 1e-6, "{a:?}");
+        assert!(a.high > 1.0 - 1e-9, "{a:?}");
+    }
+
     /// A jury that is nearly always right, under a plan: the few errors its labels show
     /// sit where the judges doubt, in rows that stand for few examples, and none among
     /// the confident rows that stand for most; the interval must still cover.
     #[test]
     fn a_plan_does_not_make_rare_errors_look_certain() {
-        let acc = [0.85; 9];
-        let (covered, bias) = coverage(&acc, 4_000, 100, true, 200);
+        let (covered, bias) = coverage(&[0.85; 9], 4_000, 100, true, 200);
         for m in 0..2 {
             assert!(covered[m] >= 0.93, "{}: covered {}", ["calibrated", "recommended"][m], covered[m]);
             assert!(bias[m].abs() < 0.01, "mean error {}", bias[m]);
