@@ -23,9 +23,9 @@ enum What {
     /// Replay the adaptive jury on a judgments file recorded with every judge: judge
     /// calls and accuracy had each example stopped once its posterior was settled.
     Adaptive(AdaptiveArgs),
-    /// Replay calibration labels on a fully labeled jury: calibration sets of each budget
-    /// drawn from the labels (uniformly and by plan), each method's accuracy outside them
-    /// and each rate estimator's coverage (calibration.json and a page).
+    /// Replay calibration labels on the labeled examples of a jury: calibration sets of
+    /// each budget drawn from the labels (uniformly and by plan), each method's accuracy
+    /// outside them and each rate estimator's coverage (calibration.json and a page).
     Calibration(CalibrationArgs),
 }
 
@@ -175,7 +175,7 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
         anyhow::bail!("--trials must be at least 1");
     }
     let Some(labels_path) = &args.files.labels else {
-        anyhow::bail!("jury simulate calibration needs --labels FILE (every example's label, to draw from)");
+        anyhow::bail!("jury simulate calibration needs --labels FILE (the examples' labels, to draw from)");
     };
     let out = args.files.open_out("simulate calibration", &[layout::CALIBRATION_REPLAY, jury_report::REPORT_FILE])?;
     let (judgments, labels) = args.files.read()?;
@@ -205,6 +205,14 @@ fn calibration(args: CalibrationArgs) -> Result<()> {
     .with_context(|| format!("replaying calibration labels on {}", args.files.judgments.display()))?;
     if let Some(bar) = bar.get() {
         bar.finish_and_clear();
+    }
+    if replay.jury.unlabeled_left_out > 0 {
+        eprintln!(
+            "warning: {}: {} judged examples have no label; the replay is of the {} that do",
+            labels_path.display(),
+            replay.jury.unlabeled_left_out,
+            replay.jury.n_examples
+        );
     }
     replay.write(out.staging_dir())?;
     jury_report::write_page(out.staging_dir(), &jury_report::render_calibration(out.staging_dir())?)?;

@@ -32,6 +32,10 @@ pub struct ReplayJury {
     /// (each budget's `label_free_swapped` counts the draws that swapped them).
     #[serde(default)]
     pub label_free_kept: bool,
+    /// Judged examples without a label, left out of the replay: `n_examples` counts only
+    /// the labeled ones, which every draw, score and rate is over.
+    #[serde(default)]
+    pub unlabeled_left_out: usize,
 }
 
 /// One budget and one way of drawing the calibration sets.

@@ -346,7 +346,7 @@ pub(crate) fn calibration(dir: &Path) -> Result<CalibrationPage, ReportError> {
     Ok(CalibrationPage {
         title: "calibration labels replayed".to_owned(),
         facts: vec![
-            ("examples".to_owned(), r.jury.n_examples.to_string()),
+            ("examples".to_owned(), examples_replayed(&r.jury)),
             ("judges".to_owned(), r.jury.n_judges.to_string()),
             ("label-free recommended method".to_owned(), r.jury.recommended_method.clone()),
             ("calibrated method".to_owned(), calibrated_method(&r)),
@@ -373,6 +373,14 @@ fn flagged(r: &jury_io::CalibrationReplay) -> String {
     let flagged: usize = r.budgets.iter().map(|b| b.unbalanced).sum();
     let draws: usize = r.budgets.iter().map(|b| b.trials).sum();
     format!("{flagged} of {draws} (every draw is a true one: these are false alarms)")
+}
+
+/// The examples a replay drew from, and those it left out for want of a label.
+fn examples_replayed(j: &jury_io::ReplayJury) -> String {
+    match j.unlabeled_left_out {
+        0 => j.n_examples.to_string(),
+        n => format!("{} labeled ({n} judged without a label left out)", j.n_examples),
+    }
 }
 
 /// What the replay's calibrated method was: the stack fitted on each draw's labels, or the

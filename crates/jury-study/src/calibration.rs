@@ -174,20 +174,24 @@ pub fn calibration_replay(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<CalibrationReplay, StudyError> {
     check_binary(j)?;
+    // The replay is of the labeled examples: a draw's calibration set, its scores and the
+    // true rate all need labels. Judged examples without one are left out, and said so.
+    let labeled: Vec<usize> = (0..j.n_examples()).filter(|&n| labels.get(n).is_some()).collect();
+    let unlabeled_left_out = j.n_examples() - labeled.len();
+    let restricted;
+    let j = if unlabeled_left_out == 0 {
+        j
+    } else {
+        restricted = j.restrict(&labeled, &vec![true; j.n_judges()]).0;
+        &restricted
+    };
     for &b in budgets {
         check_budget(b, j)?;
     }
-    let truth: Vec<u8> = (0..j.n_examples())
-        .map(|n| {
-            labels.get(n).map(|l| l as u8).ok_or_else(|| StudyError::Option {
-                flag: "--labels",
-                reason: format!(
-                    "has no label for example `{}`: a replay needs every example labeled",
-                    j.example_ids()[n]
-                ),
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let truth: Vec<u8> = labeled.iter().filter_map(|&n| labels.get(n)).map(|l| l as u8).collect();
+    if truth.is_empty() {
+        return Err(StudyError::Option { flag: "--labels", reason: "label none of the judged examples".into() });
+    }
     if let Some(&class) = truth.first().filter(|&&c| truth.iter().all(|&t| t == c)) {
         return Err(StudyError::Option {
             flag: "--labels",
@@ -235,6 +239,7 @@ pub fn calibration_replay(
             true_rate,
             seed,
             label_free_kept: d.label_free_holds(),
+            unlabeled_left_out,
         },
     })
 }
@@ -285,5 +290,42 @@ mod tests {
         let labels = Labels::new(3, vec![Some(0), Some(1), Some(2)]).unwrap();
         let e = calibration_replay(&j, &labels, &settings, &[2], 1, 0, &|_, _| {}).unwrap_err().to_string();
         assert_eq!(e, "--judgments have 3 classes; calibration labels need judgments of two");
+    }
+
+    /// Judged examples without a label are left out of a replay, which is then the
+    /// replay of the labeled ones alone, and says how many it left out.
+    #[test]
+    fn a_replay_leaves_out_the_examples_without_a_label() {
+        let (n, k) = (80usize, 4usize);
+        let mut full = jury_core::JudgmentsBuilder::new(2).unwrap();
+        let mut labeled = jury_core::JudgmentsBuilder::new(2).unwrap();
+        let (mut some, mut all) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let t = u8::from(i % 3 == 0);
+            let id = format!("e{i}");
+            for j in 0..k {
+                // Right three times in four, more or less sure.
+                let right = (i + j) % 4 != 0;
+                let sure = 0.6 + 0.3 * ((i * 7 + j * 3) % 10) as f64 / 10.0;
+                let p = if (t == 1) == right { sure } else { 1.0 - sure };
+                full.push_binary(&id, &format!("j{j}"), Some(p)).unwrap();
+                if i % 8 != 0 {
+                    labeled.push_binary(&id, &format!("j{j}"), Some(p)).unwrap();
+                }
+            }
+            some.push((i % 8 != 0).then_some(t as usize));
+            if i % 8 != 0 {
+                all.push(Some(t as usize));
+            }
+        }
+        let settings = Settings::new(&crate::AggregateOptions::default()).unwrap();
+        let quiet = |_: usize, _: usize| {};
+        let left =
+            calibration_replay(&full.build(), &Labels::new(2, some).unwrap(), &settings, &[20], 3, 0, &quiet).unwrap();
+        let only = calibration_replay(&labeled.build(), &Labels::new(2, all).unwrap(), &settings, &[20], 3, 0, &quiet)
+            .unwrap();
+        assert_eq!((left.jury.n_examples, left.jury.unlabeled_left_out), (70, 10));
+        assert_eq!(left.budgets, only.budgets);
+        assert_eq!(ReplayJury { unlabeled_left_out: 0, ..left.jury }, only.jury);
     }
 }
