@@ -177,21 +177,24 @@ pub fn calibration_replay(
     // The replay is of the labeled examples: a draw's calibration set, its scores and the
     // true rate all need labels. Judged examples without one are left out, and said so.
     let labeled: Vec<usize> = (0..j.n_examples()).filter(|&n| labels.get(n).is_some()).collect();
+    if labeled.is_empty() {
+        return Err(StudyError::Option { flag: "--labels", reason: "label none of the judged examples".into() });
+    }
     let unlabeled_left_out = j.n_examples() - labeled.len();
     let restricted;
-    let j = if unlabeled_left_out == 0 {
-        j
+    // Each replayed example's position in `j`: `restrict` also drops an example with no
+    // judgment present, so its own map says which were kept.
+    let (j, kept) = if unlabeled_left_out == 0 {
+        (j, labeled)
     } else {
-        restricted = j.restrict(&labeled, &vec![true; j.n_judges()]).0;
-        &restricted
+        let (r, origin) = j.restrict(&labeled, &vec![true; j.n_judges()]);
+        restricted = r;
+        (&restricted, origin.iter().map(|&at| labeled[at]).collect())
     };
     for &b in budgets {
         check_budget(b, j)?;
     }
-    let truth: Vec<u8> = labeled.iter().filter_map(|&n| labels.get(n)).map(|l| l as u8).collect();
-    if truth.is_empty() {
-        return Err(StudyError::Option { flag: "--labels", reason: "label none of the judged examples".into() });
-    }
+    let truth: Vec<u8> = kept.iter().filter_map(|&n| labels.get(n)).map(|l| l as u8).collect();
     if let Some(&class) = truth.first().filter(|&&c| truth.iter().all(|&t| t == c)) {
         return Err(StudyError::Option {
             flag: "--labels",
@@ -320,12 +323,17 @@ mod tests {
         }
         let settings = Settings::new(&crate::AggregateOptions::default()).unwrap();
         let quiet = |_: usize, _: usize| {};
+        let full_jury = full.build();
         let left =
-            calibration_replay(&full.build(), &Labels::new(2, some).unwrap(), &settings, &[20], 3, 0, &quiet).unwrap();
+            calibration_replay(&full_jury, &Labels::new(2, some).unwrap(), &settings, &[20], 3, 0, &quiet).unwrap();
         let only = calibration_replay(&labeled.build(), &Labels::new(2, all).unwrap(), &settings, &[20], 3, 0, &quiet)
             .unwrap();
         assert_eq!((left.jury.n_examples, left.jury.unlabeled_left_out), (70, 10));
         assert_eq!(left.budgets, only.budgets);
         assert_eq!(ReplayJury { unlabeled_left_out: 0, ..left.jury }, only.jury);
+        // No label at all is the labels' fault, not the budget's.
+        let none = Labels::new(2, vec![None; n]).unwrap();
+        let e = calibration_replay(&full_jury, &none, &settings, &[20], 3, 0, &quiet).unwrap_err().to_string();
+        assert_eq!(e, "--labels label none of the judged examples");
     }
 }
