@@ -96,6 +96,10 @@ mod tests {
     fn quantiles_invert_the_function() {
         assert!((quantile(0.025, 3.0, 48.0) - 0.012_548_587_835_334_06).abs() < 1e-9);
         assert!((quantile(0.975, 4.0, 47.0) - 0.165_481_946_603_772_9).abs() < 1e-9);
+        // The largest effective size a share's interval is read at (rates.rs): 30,000 of
+        // 100,000, SciPy's (0.297161, 0.302851).
+        assert!((quantile(0.025, 3e4, 7e4 + 1.0) - 0.297_160_575_400_564_8).abs() < 1e-8);
+        assert!((quantile(0.975, 3e4 + 1.0, 7e4) - 0.302_851_028_681_074).abs() < 1e-8);
         for q in [0.01, 0.3, 0.9] {
             assert!((incomplete(quantile(q, 1.7, 0.4), 1.7, 0.4) - q).abs() < 1e-9);
         }

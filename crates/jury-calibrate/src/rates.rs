@@ -18,7 +18,10 @@
 //!
 //! The rate is that of the N examples judged (a finite population); a sample drawn with
 //! unequal inclusion probabilities enters through Hansen-Hurwitz weights, so the estimates
-//! stay unbiased under a label plan. Intervals are clipped to [0, 1].
+//! stay unbiased under a label plan. Labels-only's and both PPI variances count the labels
+//! against the N ([`finite_population`]): with every example labeled, their interval is
+//! the rate itself. Rogan-Gladen's bootstrap is left as the field runs it, counting the
+//! labels as drawn from a larger world. Intervals are clipped to [0, 1].
 //!
 //! Few labels and an accurate judge make errors rare events, which every interval here
 //! would otherwise read off counts of zero or one: the labels' share, the judge's
@@ -113,8 +116,9 @@ impl RateEstimates {
     /// Every estimator on `sample` (seeded bootstrap and folds).
     pub fn estimate(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
         let e = sample.expansion();
+        let pi = sample.inclusion();
         let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
-        let labels_only = labels_only(&y, &e);
+        let labels_only = labels_only(&y, &e, pi);
         let judge = picked_judge(d, sample);
         let n = d.n_examples();
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995);
@@ -180,7 +184,7 @@ impl RateEstimates {
             Interval { estimate, low: q(0.025).min(estimate), high: q(0.975).max(estimate) }
         };
         let (judge_held, judge_mean) = cross_fitted_judge(d, sample, &y, seed);
-        let ppi_judge = ppi(&y, &judge_held, judge_mean, &e, n);
+        let ppi_judge = ppi(&y, &judge_held, judge_mean, &e, pi, n);
         // The jury as predictors: the label-free posterior and the picked judge, weighed
         // by least squares on the labels (PPI++ with several predictors: never wider, up
         // to the degrees of freedom spent, than with either alone). The calibrated stack is
@@ -188,7 +192,7 @@ impl RateEstimates {
         // cross-fitted predictions covered 90-92% at 50 labels (docs/reproduction/calibration-choices.md).
         let f: Vec<Vec<f64>> =
             sample.index().iter().zip(&judge_held).map(|(&i, &j)| vec![d.label_free_probability(i), j]).collect();
-        let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &e);
+        let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &e, pi);
         RateEstimates {
             picked_judge: judge,
             intervals: vec![
@@ -223,13 +227,47 @@ impl RateEstimates {
 /// `(sum e)^2 / sum e^2`, which ignores how the weights go with the labels, covered
 /// 89.5-92% under a label plan on TriviaQA, whose plan weighs the confident (mostly
 /// correct) answers most; it stays the fallback when every label is one class.
-fn labels_only(y: &[f64], e: &[f64]) -> Interval {
+///
+/// The variance counts the labels against the finite set they were drawn from
+/// ([`finite_population`]): every example labeled, the share is the rate itself, and the
+/// interval is that point.
+fn labels_only(y: &[f64], e: &[f64], pi: &[f64]) -> Interval {
     let m = y.len() as f64;
     let estimate = y.iter().zip(e).map(|(y, e)| y * e).sum::<f64>() / m;
     let p = estimate.clamp(0.0, 1.0);
-    let spread: f64 = y.iter().zip(e).map(|(y, e)| (y * e - estimate).powi(2)).sum();
-    let n = if p > 0.0 && p < 1.0 && spread > 0.0 { m * m * p * (1.0 - p) / spread } else { kish(e) };
-    clopper_pearson(estimate, n)
+    let deviation: Vec<f64> = y.iter().zip(e).map(|(y, e)| y * e - estimate).collect();
+    let left = finite_population(&deviation, pi);
+    if left <= 0.0 {
+        return Interval { estimate, low: p, high: p };
+    }
+    let spread = deviation.iter().map(|v| v * v).sum::<f64>() * left;
+    let n = if p > 0.0 && p < 1.0 && spread > 0.0 { m * m * p * (1.0 - p) / spread } else { kish(e) / left };
+    clopper_pearson(estimate, n.min(MAX_EFFECTIVE_SIZE))
+}
+
+/// The largest effective size Clopper-Pearson is read at: [`crate::beta`]'s continued
+/// fraction needs about the square root of the Beta's parameters in terms, and stops at
+/// 1,000. Only a labeled share of nearly every example reaches it (at 100,000 the interval
+/// is 0.006 wide at a rate of one half), and the cap only widens.
+const MAX_EFFECTIVE_SIZE: f64 = 1e5;
+
+/// The share of a with-replacement variance left once the labels are counted against
+/// the finite set of N examples they were drawn from without replacement: each labeled
+/// row's squared `deviation` (its term of the variance) times `1 - pi_i`, its chance of
+/// having been left out (Hajek's approximation; `1 - K / N` under uniform draws). The
+/// rate is that of the N examples judged, not of a larger world they were drawn from:
+/// without the factor, labels-only read 0.450 [0.321, 0.584] with all 60 of 60 examples
+/// labeled, and on juries of 350-419 examples every estimator covered 100% at 250 labels
+/// with intervals up to twice as wide as they need be. When no row deviates, the rows'
+/// mean `1 - pi_i`; 0 only when every example was sure to be labeled.
+fn finite_population(deviation: &[f64], pi: &[f64]) -> f64 {
+    let out = |p: f64| (1.0 - p).max(0.0);
+    let (weighted, all) = deviation.iter().zip(pi).fold((0.0, 0.0), |(a, b), (d, &p)| (a + out(p) * d * d, b + d * d));
+    if weighted > 0.0 && all > 0.0 {
+        weighted / all
+    } else {
+        pi.iter().map(|&p| out(p)).sum::<f64>() / pi.len().max(1) as f64
+    }
 }
 
 /// Kish's effective sample size of weights `e`, `(sum e)^2 / sum e^2`.
@@ -350,14 +388,20 @@ fn ppi_interval(centre: f64, mr: f64, values: &[(f64, f64)], scale: f64, df: f64
 /// each of 5 folds (seeded) take the judge that the other folds' labels pick, so no label
 /// both chooses the judge and measures its error (the judge with the fewest errors on
 /// the labels has fewer there than anywhere else). With it, the matching mean over every
-/// example: each fold's judge's mean, weighed by the fold's share of the labels.
+/// example: each labeled example's own prediction, and on every other example each
+/// fold's judge's, weighed by the fold's share of the labels. A labeled example counts
+/// its own prediction in both of PPI's sums, so with every example labeled the estimate
+/// is the labels' mean, as the finite-population variance that falls to 0 there says
+/// ([`finite_population`]); with the folds' mixture on it too, the estimate was off the
+/// rate by lambda times the folds' disagreement on the labeled examples, over N.
 pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> (Vec<f64>, f64) {
     let rows = sample.index();
     let w = weights(sample);
     let m = rows.len();
     let fold = fold_of(y, seed ^ CROSS_FIT_SEED);
+    let probability = |i: usize, judge: usize| 1.0 / (1.0 + (-d.get(i, judge)).exp());
     let mut held = vec![0.0; m];
-    let mut mean_all = 0.0;
+    let mut judges = Vec::with_capacity(FOLDS);
     for f in 0..FOLDS {
         let (inside, outside): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| fold[r] == f);
         if inside.is_empty() {
@@ -366,16 +410,20 @@ pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: 
         let (train, ty, tw) = pick(rows, y, &w, &outside);
         let judge = picked_judge_rows(d, &train, &ty, &tw);
         for &r in &inside {
-            held[r] = 1.0 / (1.0 + (-d.get(rows[r], judge)).exp());
+            held[r] = probability(rows[r], judge);
         }
-        mean_all += inside.len() as f64 / m as f64 * d.judge_mean(judge);
+        judges.push((inside.len() as f64 / m as f64, judge));
     }
-    (held, mean_all)
+    let mixture = |i: usize| judges.iter().map(|&(share, j)| share * probability(i, j)).sum::<f64>();
+    let mixture_all: f64 = judges.iter().map(|&(share, j)| share * d.judge_mean(j)).sum();
+    let own: f64 = rows.iter().zip(&held).map(|(&i, &h)| h - mixture(i)).sum();
+    (held, mixture_all + own / d.n_examples() as f64)
 }
 
 /// PPI++: `lambda * mean(f over all) + mean over labels of (y - lambda f) * e`, with the
-/// power-tuned `lambda = cov(y, f) / ((1 + n / N) var(f))` clipped to [0, 1].
-fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], big_n: usize) -> Interval {
+/// power-tuned `lambda = cov(y, f) / ((1 + n / N) var(f))` clipped to [0, 1]; the
+/// variance counted against the N examples ([`finite_population`]).
+fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], pi: &[f64], big_n: usize) -> Interval {
     let m = y.len() as f64;
     let (my, mf) = (y.iter().sum::<f64>() / m, f.iter().sum::<f64>() / m);
     let cov = y.iter().zip(f).map(|(a, b)| (a - my) * (b - mf)).sum::<f64>() / (m - 1.0);
@@ -390,13 +438,19 @@ fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], big_n: usize) -> Interv
     // every weight, labels and pseudo-labels; the sample variance by one fewer.
     let slope_share = if var > 1e-12 { 1.0 / ((m - 1.0) * var) } else { 0.0 };
     let gap = f_mean_all - mf;
-    let scale = (m + PSEUDO_LABELS) / (m - 1.0 + PSEUDO_LABELS) * (1.0 / m + gap * gap * slope_share);
+    let left = finite_population(&r.iter().map(|v| v - mr).collect::<Vec<_>>(), pi);
+    if left <= 0.0 {
+        let estimate = lambda * f_mean_all + mr;
+        return Interval { estimate, low: estimate.clamp(0.0, 1.0), high: estimate.clamp(0.0, 1.0) };
+    }
+    let scale = left * (m + PSEUDO_LABELS) / (m - 1.0 + PSEUDO_LABELS) * (1.0 / m + gap * gap * slope_share);
     ppi_interval(lambda * f_mean_all, mr, &with_pseudo_labels(&r, &[lambda]), scale, m - 2.0)
 }
 
 /// PPI with several predictors: `lambda' mean(f over all) + mean over labels of
 /// (y - lambda' f) * e`, `lambda` the least-squares coefficients of `y` on `f` (with an
-/// intercept) over the labels; the residuals' variance counts the coefficients fitted.
+/// intercept) over the labels; the residuals' variance counts the coefficients fitted,
+/// and the variance is counted against the N examples ([`finite_population`]).
 ///
 /// Student's interval, not the best judge's score interval: with the label-free
 /// posterior among its predictors the residuals seldom hinge on one rare cell, and where
@@ -405,7 +459,7 @@ fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], big_n: usize) -> Interv
 /// widened this interval by up to 75% (families-10-soft 0.056 to 0.081, one-strong-8-hard
 /// 0.055 to 0.096 at 100 labels) where Student's already covered 97-100%, and raised no
 /// cell that was under 93% (docs/reproduction/calibration-rates.md).
-fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64]) -> Interval {
+fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]) -> Interval {
     let m = y.len();
     let p = f_mean_all.len();
     let d = p + 1;
@@ -447,7 +501,8 @@ fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64]) -> Interva
             coef_var += gap[a] * inv[a * d + b] * gap[b];
         }
     }
-    let se = (vr / m as f64 + vr * coef_var.max(0.0)).sqrt();
+    let left = finite_population(&r.iter().map(|v| v - mr).collect::<Vec<_>>(), pi);
+    let se = (left * (vr / m as f64 + vr * coef_var.max(0.0))).sqrt();
     let centre: f64 = f_mean_all.iter().zip(lambda).map(|(a, b)| a * b).sum();
     Interval::normal(centre + mr, se, df)
 }
@@ -470,17 +525,81 @@ mod tests {
     #[test]
     fn labels_only_is_clopper_pearson_at_the_effective_sample_size() {
         let y: Vec<f64> = (0..50).map(|i| f64::from(u8::from(i % 5 == 0))).collect();
-        let uniform = labels_only(&y, &[1.0; 50]);
+        let uniform = labels_only(&y, &[1.0; 50], &[0.0; 50]);
         assert!((uniform.estimate - 0.2).abs() < 1e-12);
         assert!((uniform.low - 0.100_302).abs() < 1e-5 && (uniform.high - 0.337_183).abs() < 1e-5, "{uniform:?}");
         let e: Vec<f64> = (0..50).map(|i| if i < 25 { 0.5 } else { 1.5 }).collect();
         let y: Vec<f64> = (0..50).map(|i| f64::from(u8::from(i < 5 || (25..30).contains(&i)))).collect();
-        let weighted = labels_only(&y, &e);
+        let weighted = labels_only(&y, &e, &[0.0; 50]);
         assert!((weighted.estimate - 0.2).abs() < 1e-12);
         assert!((weighted.low - 0.088_309).abs() < 1e-5 && (weighted.high - 0.361_068).abs() < 1e-5, "{weighted:?}");
-        let none = labels_only(&[0.0; 50], &[1.0; 50]);
+        let none = labels_only(&[0.0; 50], &[1.0; 50], &[0.0; 50]);
         assert_eq!((none.estimate, none.low), (0.0, 0.0));
         assert!((none.high - 0.071_122).abs() < 1e-5, "{none:?}");
+    }
+
+    /// Labels drawn without replacement from a jury of 100: 10 positives of 50 labels
+    /// have the effective size `50 / (1 - 50 / 100) = 100` (SciPy's `beta.ppf` at 20 of
+    /// 100: 0.126656, 0.291843; 0.100302 and 0.337183 at 50, counted as if from a jury of
+    /// any size); with every example labeled the share is the rate, a point.
+    #[test]
+    fn labels_only_counts_the_labels_against_the_jury_they_were_drawn_from() {
+        let y: Vec<f64> = (0..50).map(|i| f64::from(u8::from(i % 5 == 0))).collect();
+        let half = labels_only(&y, &[1.0; 50], &[0.5; 50]);
+        assert!((half.estimate - 0.2).abs() < 1e-12);
+        assert!((half.low - 0.126_656).abs() < 1e-5 && (half.high - 0.291_843).abs() < 1e-5, "{half:?}");
+        let all = labels_only(&y, &[1.0; 50], &[1.0; 50]);
+        assert_eq!((all.low, all.high), (all.estimate, all.estimate));
+        assert!((all.estimate - 0.2).abs() < 1e-12);
+    }
+
+    /// Every example labeled: labels-only and both PPI estimators give the rate itself,
+    /// a point (each labeled example counts its own cross-fitted prediction in both
+    /// sums, so no fold's judge is left over); Rogan-Gladen, the field's method, keeps
+    /// its bootstrap's spread.
+    #[test]
+    fn a_jury_labeled_throughout_has_its_rate_exactly() {
+        let n = 300;
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let (truth, d) = hard_votes(&mut rng, n, &[0.8, 0.7, 0.9, 0.65], 0.3);
+        let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
+        let sample = Sample::new(n, (0..n).collect(), truth, None).unwrap();
+        let r = RateEstimates::estimate(&d, &sample, 1);
+        for e in [Estimator::LabelsOnly, Estimator::PpiBestJudge, Estimator::PpiJury] {
+            let i = r.get(e);
+            assert!((i.estimate - rate).abs() < 1e-12 && i.width() < 1e-12, "{}: {i:?} vs {rate}", e.name());
+        }
+        assert!(r.get(Estimator::RoganGladen).width() > 0.0);
+    }
+
+    /// Half of a jury of 400 labeled, 300 uniform draws: labels-only, PPI with the best
+    /// judge and with the jury still cover the rate of the 400, and labels-only's interval
+    /// is about `sqrt(1 - 1/2)` of the one that counts the labels as drawn from a world.
+    #[test]
+    fn intervals_counted_against_the_jury_still_cover_it() {
+        let n = 400;
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let (truth, d) = hard_votes(&mut rng, n, &[0.8, 0.7, 0.85, 0.65, 0.75], 0.3);
+        let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
+        let (mut covered, mut width, mut world) = ([0usize; 3], 0.0, 0.0);
+        let draws = 300;
+        for t in 0..draws {
+            let index = rand::seq::index::sample(&mut rng, n, n / 2).into_vec();
+            let label: Vec<u8> = index.iter().map(|&i| truth[i]).collect();
+            let y: Vec<f64> = label.iter().map(|&l| f64::from(l)).collect();
+            let sample = Sample::new(n, index, label, None).unwrap();
+            let r = RateEstimates::estimate(&d, &sample, t);
+            for (c, e) in covered.iter_mut().zip([Estimator::LabelsOnly, Estimator::PpiBestJudge, Estimator::PpiJury]) {
+                *c += usize::from(r.get(e).covers(rate));
+            }
+            width += r.get(Estimator::LabelsOnly).width();
+            world += labels_only(&y, &vec![1.0; n / 2], &vec![0.0; n / 2]).width();
+        }
+        for c in covered {
+            assert!(c as f64 / draws as f64 >= 0.92, "{covered:?} of {draws}");
+        }
+        let ratio = width / world;
+        assert!((0.66..0.75).contains(&ratio), "{ratio}");
     }
 
     /// Given both classes among the labels (a calibration set must hold both), the
@@ -499,7 +618,7 @@ mod tests {
                 for x in 1..n {
                     let y: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < x))).collect();
                     total += pmf(x);
-                    if labels_only(&y, &vec![1.0; n as usize]).covers(rate) {
+                    if labels_only(&y, &vec![1.0; n as usize], &vec![0.0; n as usize]).covers(rate) {
                         covered += pmf(x);
                     }
                 }
@@ -513,9 +632,9 @@ mod tests {
         let y = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0];
         let good: Vec<f64> = y.iter().enumerate().map(|(i, &v)| if i % 5 == 0 { 1.0 - v } else { v }).collect();
         let noise: Vec<f64> = (0..12).map(|i| (i * 7 % 5) as f64 / 4.0).collect();
-        let one = ppi(&y, &good, 0.5, &[1.0; 12], 10_000);
+        let one = ppi(&y, &good, 0.5, &[1.0; 12], &[0.0; 12], 10_000);
         let f: Vec<Vec<f64>> = good.iter().zip(&noise).map(|(&a, &b)| vec![a, b]).collect();
-        let two = ppi_many(&y, &f, &[0.5, 0.5], &[1.0; 12]);
+        let two = ppi_many(&y, &f, &[0.5, 0.5], &[1.0; 12], &[0.0; 12]);
         assert!(two.width() <= one.width() * 1.25, "{two:?} vs {one:?}");
         assert!(two.low <= two.estimate && two.estimate <= two.high);
     }
@@ -551,10 +670,10 @@ mod tests {
     #[test]
     fn ppi_with_a_perfect_predictor_keeps_the_pseudo_labels_width_and_with_noise_falls_back_to_labels() {
         let y: Vec<f64> = (0..20).map(|i| f64::from(u8::from(i % 5 < 2))).collect();
-        let i = ppi(&y, &y, 0.45, &[1.0; 20], 1000);
+        let i = ppi(&y, &y, 0.45, &[1.0; 20], &[0.0; 20], 1000);
         assert!((i.estimate - 0.449020).abs() < 1e-6, "{i:?}");
         assert!((i.low - 0.258270).abs() < 1e-3 && (i.high - 0.640409).abs() < 1e-3, "{i:?}");
-        let flat = ppi(&y, &[0.5; 20], 0.5, &[1.0; 20], 1000);
+        let flat = ppi(&y, &[0.5; 20], 0.5, &[1.0; 20], &[0.0; 20], 1000);
         assert!((flat.estimate - 0.4).abs() < 1e-12);
         assert!(flat.width() > 0.35);
     }
@@ -564,8 +683,8 @@ mod tests {
     fn the_pseudo_labels_keep_an_interval_open_when_no_residual_is_seen() {
         let y: Vec<f64> = (0..50).map(|i| f64::from(u8::from(i % 3 != 0))).collect();
         let f: Vec<Vec<f64>> = y.iter().map(|&v| vec![v, v]).collect();
-        let many = ppi_many(&y, &f, &[0.6, 0.6], &[1.0; 50]);
-        let one = ppi(&y, &y, 0.6, &[1.0; 50], 100_000);
+        let many = ppi_many(&y, &f, &[0.6, 0.6], &[1.0; 50], &[0.0; 50]);
+        let one = ppi(&y, &y, 0.6, &[1.0; 50], &[0.0; 50], 100_000);
         for i in [many, one] {
             assert!(i.width() > 0.05 && i.width() < 0.2, "{i:?}");
         }
