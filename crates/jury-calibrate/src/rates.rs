@@ -34,7 +34,7 @@ use rand_distr::{Beta, Distribution};
 
 use crate::Sample;
 use crate::folds::{FOLDS, fold_of, pick, weights};
-use crate::log_odds::LogOdds;
+use crate::log_odds::{LogOdds, sigmoid};
 use crate::members::{picked_judge, picked_judge_rows};
 
 const Z95: f64 = 1.959_963_984_540_054;
@@ -70,6 +70,12 @@ impl Interval {
     fn normal(estimate: f64, se: f64, df: f64) -> Self {
         let h = t975(df) * se;
         Self { estimate, low: (estimate - h).max(0.0), high: (estimate + h).min(1.0) }
+    }
+
+    /// A rate known exactly (every example labeled): the interval is the point.
+    fn point(estimate: f64) -> Self {
+        let p = estimate.clamp(0.0, 1.0);
+        Self { estimate, low: p, high: p }
     }
 
     pub fn width(&self) -> f64 {
@@ -246,12 +252,12 @@ fn labels_only(y: &[f64], e: &[f64], pi: &[f64]) -> Interval {
     let m = y.len() as f64;
     let estimate = y.iter().zip(e).map(|(y, e)| y * e).sum::<f64>() / m;
     let p = estimate.clamp(0.0, 1.0);
-    let deviation: Vec<f64> = y.iter().zip(e).map(|(y, e)| y * e - estimate).collect();
-    let left = finite_population(&deviation, pi);
+    let z: Vec<f64> = y.iter().zip(e).map(|(y, e)| y * e).collect();
+    let left = finite_population(&z, estimate, pi);
     if left <= 0.0 {
-        return Interval { estimate, low: p, high: p };
+        return Interval::point(estimate);
     }
-    let spread = deviation.iter().map(|v| v * v).sum::<f64>() * left;
+    let spread = z.iter().map(|v| (v - estimate).powi(2)).sum::<f64>() * left;
     let n = if p > 0.0 && p < 1.0 && spread > 0.0 { m * m * p * (1.0 - p) / spread } else { kish(e) / left };
     clopper_pearson(estimate, n.min(MAX_EFFECTIVE_SIZE))
 }
@@ -264,17 +270,21 @@ const MAX_EFFECTIVE_SIZE: f64 = 1e5;
 
 /// The share of a with-replacement variance left once the labels are counted against
 /// the finite set of N examples they were drawn from without replacement: each labeled
-/// row's squared `deviation` (its term of the variance) times `1 - pi_i`, its chance of
-/// having been left out (Hajek's approximation; `1 - K / N` under uniform draws). The
+/// row's squared deviation of `values` from `centre` (its term of the variance) times
+/// `1 - pi_i`, its chance of having been left out (Hajek's approximation; `1 - K / N`
+/// under uniform draws). The
 /// rate is that of the N examples judged, not of a larger world they were drawn from:
 /// without the factor, labels-only read 0.621 [0.493, 0.738] with all 66 of FairEval's
 /// examples labeled (41 positive), and on juries of 350-419 examples every estimator
 /// covered 100% at 250 labels with intervals up to twice as wide as they need be
 /// (docs/reproduction/calibration-population.md). When no row deviates, the rows' mean
 /// `1 - pi_i`; 0 only when every example was sure to be labeled.
-fn finite_population(deviation: &[f64], pi: &[f64]) -> f64 {
+fn finite_population(values: &[f64], centre: f64, pi: &[f64]) -> f64 {
     let out = |p: f64| (1.0 - p).max(0.0);
-    let (weighted, all) = deviation.iter().zip(pi).fold((0.0, 0.0), |(a, b), (d, &p)| (a + out(p) * d * d, b + d * d));
+    let (weighted, all) = values.iter().zip(pi).fold((0.0, 0.0), |(a, b), (v, &p)| {
+        let d2 = (v - centre).powi(2);
+        (a + out(p) * d2, b + d2)
+    });
     if weighted > 0.0 && all > 0.0 {
         weighted / all
     } else {
@@ -411,7 +421,7 @@ pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: 
     let w = weights(sample);
     let m = rows.len();
     let fold = fold_of(y, seed ^ CROSS_FIT_SEED);
-    let probability = |i: usize, judge: usize| 1.0 / (1.0 + (-d.get(i, judge)).exp());
+    let probability = |i: usize, judge: usize| sigmoid(d.get(i, judge));
     let mut held = vec![0.0; m];
     let mut judges = Vec::with_capacity(FOLDS);
     for f in 0..FOLDS {
@@ -450,10 +460,9 @@ fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], pi: &[f64], big_n: usiz
     // every weight, labels and pseudo-labels; the sample variance by one fewer.
     let slope_share = if var > 1e-12 { 1.0 / ((m - 1.0) * var) } else { 0.0 };
     let gap = f_mean_all - mf;
-    let left = finite_population(&r.iter().map(|v| v - mr).collect::<Vec<_>>(), pi);
+    let left = finite_population(&r, mr, pi);
     if left <= 0.0 {
-        let estimate = lambda * f_mean_all + mr;
-        return Interval { estimate, low: estimate.clamp(0.0, 1.0), high: estimate.clamp(0.0, 1.0) };
+        return Interval::point(lambda * f_mean_all + mr);
     }
     let scale = left * (m + PSEUDO_LABELS) / (m - 1.0 + PSEUDO_LABELS) * (1.0 / m + gap * gap * slope_share);
     ppi_interval(lambda * f_mean_all, mr, &with_pseudo_labels(&r, &[lambda]), scale, m - 2.0)
@@ -513,7 +522,7 @@ fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]
             coef_var += gap[a] * inv[a * d + b] * gap[b];
         }
     }
-    let left = finite_population(&r.iter().map(|v| v - mr).collect::<Vec<_>>(), pi);
+    let left = finite_population(&r, mr, pi);
     let se = (left * (vr / m as f64 + vr * coef_var.max(0.0))).sqrt();
     let centre: f64 = f_mean_all.iter().zip(lambda).map(|(a, b)| a * b).sum();
     Interval::normal(centre + mr, se, df)
