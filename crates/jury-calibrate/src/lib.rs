@@ -52,6 +52,8 @@ pub enum CalibrationError {
     OneClass(usize, u8),
     #[error("a budget of {budget} labels is more than the {examples} examples judged")]
     BudgetTooLarge { budget: usize, examples: usize },
+    #[error("a budget of {budget} labels leaves none of the {examples} examples judged to score the methods on")]
+    NothingToScore { budget: usize, examples: usize },
     #[error("a budget of {0} labels: at least 2 are needed")]
     BudgetTooSmall(usize),
     #[error("example #{index} is out of range ({examples} examples)")]

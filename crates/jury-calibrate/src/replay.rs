@@ -152,6 +152,11 @@ pub fn replay(
     if truth.len() != n || recommended.len() != n {
         return Err(CalibrationError::Length(truth.len().min(recommended.len()), n));
     }
+    // Each method is scored on the examples outside the calibration set: a budget of every
+    // example leaves it none (the rates are still defined there, the accuracies are not).
+    if let Some(&budget) = settings.budgets.iter().find(|&&b| b >= n) {
+        return Err(CalibrationError::NothingToScore { budget, examples: n });
+    }
     let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
     let jury = Jury { d, recommended, truth, rate, posterior: d.mean_judge_probabilities() };
     let mut out = Vec::new();
@@ -361,6 +366,20 @@ mod tests {
             let a = |m: ReplayMethod| b.methods.iter().find(|(k, _)| *k == m).unwrap().1.mean;
             assert!(a(ReplayMethod::Calibrated) > a(ReplayMethod::PickedJudge), "{b:?}");
         }
+    }
+
+    /// A budget of every example leaves no example to score the methods on: an error
+    /// naming it, not accuracies of 0.
+    #[test]
+    fn a_budget_of_every_example_is_refused() {
+        let n = 60;
+        let truth: Vec<u8> = (0..n).map(|i| u8::from(i % 3 == 0)).collect();
+        let x: Vec<f64> = truth.iter().map(|&t| if t == 1 { 1.0 } else { -1.0 }).collect();
+        let lf: Vec<f64> = x.iter().map(|z| 1.0 / (1.0 + (-z).exp())).collect();
+        let d = LogOdds::from_dense(n, 1, x, &lf).unwrap();
+        let settings = ReplaySettings { budgets: vec![30, 60], trials: 1, seed: 0 };
+        let err = replay(&d, &truth, &truth, &settings, &|_, _| {}).unwrap_err();
+        assert_eq!(err, CalibrationError::NothingToScore { budget: 60, examples: n });
     }
 
     /// A class too rare for the budget's draws to hold it is an error naming the budget

@@ -193,6 +193,13 @@ pub fn calibration_replay(
     };
     for &b in budgets {
         check_budget(b, j)?;
+        // A replay scores each method on the examples its calibration set leaves out.
+        if b == j.n_examples() {
+            return Err(StudyError::Option {
+                flag: "--budget",
+                reason: format!("{b} leaves none of the {b} examples judged to score the methods on"),
+            });
+        }
     }
     let truth: Vec<u8> = kept.iter().filter_map(|&n| labels.get(n)).map(|l| l as u8).collect();
     if let Some(&class) = truth.first().filter(|&&c| truth.iter().all(|&t| t == c)) {
