@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A jury whose class 1 is rare, made from a fully labeled one (docs/reproduction/
-calibration-rates.md, "A rare class"): every example of class 0 is kept, and a seeded
+calibration-rare.md, "A rare class"): every example of class 0 is kept, and a seeded
 draw of class 1's examples, as many as make class 1 the share RATE of the examples kept;
 their judgments are copied unchanged.
 
