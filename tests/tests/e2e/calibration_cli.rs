@@ -360,37 +360,30 @@ fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing
     assert!(err.contains("judgments.csv"), "the error names the file: {err}");
     assert!(!plan.exists());
     let replay = d.join("replay");
-    let out = jury(&[
-        "simulate",
-        "calibration",
-        "--judgments",
-        s(&d.join("judgments.csv")),
-        "--labels",
-        s(&d.join("labels.csv")),
-        "--budget",
-        "100,2000",
-        "--out",
-        s(&replay),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--budget 2000 is more than the 1500 examples"), "{err}");
+    let replay_at = |budget: &str| {
+        let (j, l) = (d.join("judgments.csv"), d.join("labels.csv"));
+        let args = [
+            "simulate",
+            "calibration",
+            "--judgments",
+            s(&j),
+            "--labels",
+            s(&l),
+            "--budget",
+            budget,
+            "--out",
+            s(&replay),
+        ];
+        let out = jury(&args);
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = replay_at("100,2000");
+    assert!(!ok && err.contains("--budget 2000 is more than the 1500 examples"), "{err}");
     assert!(err.contains("judgments.csv"), "the error names the file: {err}");
     assert!(!replay.exists());
     // Every example as calibration labels leaves a replay nothing to score its methods on.
-    let out = jury(&[
-        "simulate",
-        "calibration",
-        "--judgments",
-        s(&d.join("judgments.csv")),
-        "--labels",
-        s(&d.join("labels.csv")),
-        "--budget",
-        "100,1500",
-        "--out",
-        s(&replay),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--budget 1500 leaves none of the 1500 examples"), "{err}");
+    let (ok, err) = replay_at("100,1500");
+    assert!(!ok && err.contains("--budget 1500 leaves none of the 1500 examples"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!replay.exists());
     // Labels of one class leave a replay nothing to draw; one example of class 1 leaves a
