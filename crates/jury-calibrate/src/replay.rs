@@ -368,6 +368,57 @@ mod tests {
         }
     }
 
+    /// Juries built to break a fit: a judge that always says one half (no spread to scale
+    /// by), three exact copies of one judge (a singular covariance), and a judge right on
+    /// every example (separable labels). Every accuracy, coverage, width and error comes
+    /// out finite and in range, and the calibrated method finds the perfect judge.
+    #[test]
+    fn juries_built_to_break_a_fit_give_finite_results() {
+        let n = 600;
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let truth: Vec<u8> = (0..n).map(|_| u8::from(rng.random::<f64>() < 0.4)).collect();
+        let mut judge = |t: u8, acc: f64| -> f64 {
+            let right = rng.random::<f64>() < acc;
+            let p: f64 = rng.random_range(0.55..0.9);
+            let p = if (t == 1) == right { p } else { 1.0 - p };
+            (p / (1.0 - p)).ln()
+        };
+        let mut constant = Vec::new();
+        let mut copies = Vec::new();
+        let mut perfect = Vec::new();
+        for &t in &truth {
+            let (a, b, c) = (judge(t, 0.75), judge(t, 0.7), judge(t, 0.65));
+            constant.extend([0.0, a, b, c]);
+            copies.extend([a, a, a, b]);
+            perfect.extend([if t == 1 { 5.0 } else { -5.0 }, a, b, c]);
+        }
+        for (name, x) in [("constant", constant), ("copies", copies), ("perfect", perfect)] {
+            let lf: Vec<f64> = x.chunks(4).map(|r| 1.0 / (1.0 + (-r.iter().sum::<f64>() / 4.0).exp())).collect();
+            let recommended: Vec<u8> = lf.iter().map(|&p| u8::from(p > 0.5)).collect();
+            let d = LogOdds::from_dense(n, 4, x, &lf).unwrap();
+            let settings = ReplaySettings { budgets: vec![50, 100], trials: 10, seed: 2 };
+            let r = replay(&d, &recommended, &truth, &settings, &|_, _| {}).unwrap();
+            for b in &r {
+                for (m, a) in &b.methods {
+                    assert!((0.0..=1.0).contains(&a.mean) && (0.0..=1.0).contains(&a.p10), "{name} {m:?}: {a:?}");
+                }
+                for (e, s) in &b.estimators {
+                    let ok = (0.0..=1.0).contains(&s.coverage)
+                        && (0.0..=1.0).contains(&s.mean_width)
+                        && s.mean_error.is_finite();
+                    assert!(ok, "{name} {}: {s:?}", e.name());
+                }
+                for (m, s) in &b.accuracy_estimates {
+                    assert!((0.0..=1.0).contains(&s.coverage) && s.mean_width.is_finite(), "{name} {m:?}: {s:?}");
+                }
+                if name == "perfect" {
+                    let calibrated = b.methods.iter().find(|(m, _)| *m == ReplayMethod::Calibrated).unwrap().1;
+                    assert!(calibrated.mean > 0.99, "{name}: {calibrated:?}");
+                }
+            }
+        }
+    }
+
     /// A budget of every example leaves no example to score the methods on: an error
     /// naming it, not accuracies of 0.
     #[test]
