@@ -154,7 +154,8 @@ pub fn replay(
     }
     // Each method is scored on the examples outside the calibration set: a budget of every
     // example leaves it none (the rates are still defined there, the accuracies are not).
-    if let Some(&budget) = settings.budgets.iter().find(|&&b| b >= n) {
+    // A larger budget is the draw's own error (`BudgetTooLarge`).
+    if let Some(&budget) = settings.budgets.iter().find(|&&b| b == n) {
         return Err(CalibrationError::NothingToScore { budget, examples: n });
     }
     let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
@@ -431,6 +432,9 @@ mod tests {
         let settings = ReplaySettings { budgets: vec![30, 60], trials: 1, seed: 0 };
         let err = replay(&d, &truth, &truth, &settings, &|_, _| {}).unwrap_err();
         assert_eq!(err, CalibrationError::NothingToScore { budget: 60, examples: n });
+        let settings = ReplaySettings { budgets: vec![61], trials: 1, seed: 0 };
+        let err = replay(&d, &truth, &truth, &settings, &|_, _| {}).unwrap_err();
+        assert_eq!(err, CalibrationError::BudgetTooLarge { budget: 61, examples: n });
     }
 
     /// A class too rare for the budget's draws to hold it is an error naming the budget
