@@ -33,7 +33,7 @@ pub use fit::Calibrated;
 pub use log_odds::LogOdds;
 pub use members::{Candidate, logistic_baseline, picked_judge};
 pub use plan::{Planned, plan_labels, uniform_sample};
-pub use rates::{Estimator, Interval, RateEstimates};
+pub use rates::{ClassRates, Estimator, Interval, RateEstimates};
 pub use replay::{BudgetReplay, EstimatorSummary, MethodAccuracy, ReplayMethod, ReplaySettings, Sampling, replay};
 pub use sample::Sample;
 

@@ -116,10 +116,23 @@ impl Estimator {
     }
 }
 
+/// A judge's rates of right verdicts within each class of the labels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassRates {
+    /// Of the labels' 1s, the share the judge calls 1.
+    pub sensitivity: f64,
+    /// Of the labels' 0s, the share the judge calls 0.
+    pub specificity: f64,
+}
+
 /// The rate four ways, with the judge the labels picked (its index).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RateEstimates {
     pub picked_judge: usize,
+    /// Rogan-Gladen's judge (picked out of fold) on the labels, inclusion-weighted: the
+    /// correction divides by `sensitivity + specificity - 1`, so a judge near chance makes
+    /// its estimate and interval say little, and these say why.
+    pub rogan_gladen_judge: ClassRates,
     /// In [`Estimator::ALL`] order.
     pub intervals: Vec<(Estimator, Interval)>,
 }
@@ -134,6 +147,7 @@ impl RateEstimates {
         let judge = picked_judge(d, sample);
         let n = d.n_examples();
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995);
+        let rogan_gladen_judge;
         let rogan_gladen = {
             // The judge is picked out of fold, as PPI's is: the judge with the most right
             // answers on the labels is the one whose errors they undercount, and at a low
@@ -194,6 +208,7 @@ impl RateEstimates {
             // positions once its rows are laid out in `draw`'s order.
             let all: Vec<usize> = (0..m).collect();
             let (votes, yd, ed, positive) = out_of_fold(&all, seed ^ CROSS_FIT_SEED);
+            rogan_gladen_judge = class_rates(&votes, &yd, &ed);
             let estimate = rogan_gladen(positive, &votes, &yd, &ed, None, &mut rng);
             let mut boot: Vec<f64> = (0..BOOTSTRAP)
                 .map(|_| {
@@ -218,6 +233,7 @@ impl RateEstimates {
         let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &e, pi);
         RateEstimates {
             picked_judge: judge,
+            rogan_gladen_judge,
             intervals: vec![
                 (Estimator::LabelsOnly, labels_only),
                 (Estimator::RoganGladen, rogan_gladen),
@@ -333,20 +349,10 @@ fn rogan_gladen(
     draw: Option<&[usize]>,
     rng: &mut ChaCha8Rng,
 ) -> f64 {
-    let (mut tp, mut p, mut tn, mut q) = (0.0, 0.0, 0.0, 0.0);
-    let mut add = |r: usize| {
-        if y[r] > 0.5 {
-            p += e[r];
-            tp += e[r] * votes[r];
-        } else {
-            q += e[r];
-            tn += e[r] * (1.0 - votes[r]);
-        }
+    let [tp, p, tn, q] = match draw {
+        Some(d) => confusion(votes, y, e, d.iter().copied()),
+        None => confusion(votes, y, e, 0..y.len()),
     };
-    match draw {
-        Some(d) => d.iter().for_each(|&r| add(r)),
-        None => (0..y.len()).for_each(&mut add),
-    }
     let mut rate = |right: f64, all: f64| -> f64 {
         if all <= 0.0 {
             0.5
@@ -360,6 +366,24 @@ fn rogan_gladen(
     let spec = rate(tn, q);
     let j = sens + spec - 1.0;
     if j.abs() <= 1e-9 { positive } else { ((positive + spec - 1.0) / j).clamp(0.0, 1.0) }
+}
+
+/// The weighted counts `[right 1s, 1s, right 0s, 0s]` of the labeled rows `rows` (a row
+/// once per appearance).
+fn confusion(votes: &[f64], y: &[f64], e: &[f64], rows: impl Iterator<Item = usize>) -> [f64; 4] {
+    rows.fold([0.0; 4], |[tp, p, tn, q], r| {
+        if y[r] > 0.5 {
+            [tp + e[r] * votes[r], p + e[r], tn, q]
+        } else {
+            [tp, p, tn + e[r] * (1.0 - votes[r]), q + e[r]]
+        }
+    })
+}
+
+/// A judge's sensitivity and specificity on the labels (NaN for a class they lack).
+fn class_rates(votes: &[f64], y: &[f64], e: &[f64]) -> ClassRates {
+    let [tp, p, tn, q] = confusion(votes, y, e, 0..y.len());
+    ClassRates { sensitivity: tp / p, specificity: tn / q }
 }
 
 /// The Jeffreys posterior of a rate after `right` successes and `wrong` failures.
@@ -760,6 +784,8 @@ mod tests {
         }
         let r = rogan_gladen(0.31, &votes, &y, &[1.0; 20], None, &mut ChaCha8Rng::seed_from_u64(0));
         assert!((r - 0.3).abs() < 1e-12, "{r}");
+        let c = class_rates(&votes, &y, &[1.0; 20]);
+        assert!((c.sensitivity - 0.8).abs() < 1e-12 && (c.specificity - 0.9).abs() < 1e-12, "{c:?}");
         // The same judge with its votes the other way round (sensitivity 0.2, specificity
         // 0.1, apparent rate 0.2 * 0.3 + 0.9 * 0.7 = 0.69): still 0.3.
         let flipped: Vec<f64> = votes.iter().map(|v| 1.0 - v).collect();

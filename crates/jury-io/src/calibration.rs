@@ -130,6 +130,10 @@ pub struct CalibrationMetrics {
     /// The positive-class rate (the win rate of a pairwise set) four ways:
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub rates: Named<RateInterval>,
+    /// Rogan-Gladen's judge (picked out of fold) on the calibration labels: the correction
+    /// divides by `sensitivity + specificity - 1`. Absent in files written before it.
+    #[serde(default)]
+    pub rogan_gladen_judge: Option<JudgeClassRates>,
     /// The accuracy of `calibrated` and `recommended` (the label-free method) on the
     /// examples outside the calibration set, read off its labels (each judged by a fit
     /// that did not see it), with a 95% interval. Absent in files written before it.
@@ -169,6 +173,13 @@ pub struct BalanceCovariate {
     pub sample_mean: f64,
     pub all_mean: f64,
     pub z: f64,
+}
+
+/// A judge's share of right verdicts among the labels' 1s and among their 0s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct JudgeClassRates {
+    pub sensitivity: f64,
+    pub specificity: f64,
 }
 
 /// A rate and its 95% interval.

@@ -21,8 +21,8 @@ mod table;
 mod write;
 
 pub use calibration::{
-    BalanceCovariate, CalibrationBalance, CalibrationMetrics, CalibrationReplay, RateInterval, ReplayAccuracy,
-    ReplayBudget, ReplayCoverage, ReplayJury,
+    BalanceCovariate, CalibrationBalance, CalibrationMetrics, CalibrationReplay, JudgeClassRates, RateInterval,
+    ReplayAccuracy, ReplayBudget, ReplayCoverage, ReplayJury,
 };
 pub use input::{
     DEFAULT_MAX_INPUT_SIZE, MAX_INPUT_SIZE_FLAG, format_size, max_input_size, parse_size, read_input,

@@ -245,6 +245,18 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
                 c.picked_judge
             ),
         ));
+        if let Some(j) = &c.rogan_gladen_judge {
+            facts.push((
+                "Rogan-Gladen's judge".to_owned(),
+                format!(
+                    "sensitivity {:.3}, specificity {:.3} on the calibration labels (picked out of fold); the \
+                     correction divides by their sum less 1, {:.3}",
+                    j.sensitivity,
+                    j.specificity,
+                    j.sensitivity + j.specificity - 1.0
+                ),
+            ));
+        }
     }
     if let Some(a) = &metrics.agreement {
         let show = |x: Option<f64>| x.map_or("n/a (one class or no shared example)".to_owned(), |x| format!("{x:.3}"));

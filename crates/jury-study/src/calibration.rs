@@ -11,8 +11,8 @@ use jury_calibrate::{
 };
 use jury_core::{Judgments, Labels};
 use jury_io::{
-    BalanceCovariate, CalibrationBalance, CalibrationLabels, CalibrationMetrics, CalibrationReplay, Named,
-    RateInterval, ReplayAccuracy, ReplayBudget, ReplayCoverage, ReplayJury,
+    BalanceCovariate, CalibrationBalance, CalibrationLabels, CalibrationMetrics, CalibrationReplay, JudgeClassRates,
+    Named, RateInterval, ReplayAccuracy, ReplayBudget, ReplayCoverage, ReplayJury,
 };
 
 use crate::{Settings, StudyError};
@@ -134,6 +134,10 @@ pub(crate) fn calibrate(
                 .map(|(e, i)| (e.name().to_owned(), RateInterval { estimate: i.estimate, low: i.low, high: i.high }))
                 .collect(),
         ),
+        rogan_gladen_judge: Some(JudgeClassRates {
+            sensitivity: rates.rogan_gladen_judge.sensitivity,
+            specificity: rates.rogan_gladen_judge.specificity,
+        }),
         accuracy: Named(
             accuracy
                 .iter()

@@ -232,7 +232,16 @@ impl<'a> Study<'a> {
                     .rates
                     .0
                     .iter()
-                    .map(|(e, r)| format!("{e} {:.3} [{:.3}, {:.3}]", r.estimate, r.low, r.high))
+                    .map(|(e, r)| {
+                        let judge = match &c.rogan_gladen_judge {
+                            Some(j) if e == jury_calibrate::Estimator::RoganGladen.name() => format!(
+                                " (its judge's sensitivity {:.2}, specificity {:.2} on the labels)",
+                                j.sensitivity, j.specificity
+                            ),
+                            _ => String::new(),
+                        };
+                        format!("{e} {:.3} [{:.3}, {:.3}]{judge}", r.estimate, r.low, r.high)
+                    })
                     .collect();
                 let _ = writeln!(
                     s,

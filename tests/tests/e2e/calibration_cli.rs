@@ -104,6 +104,15 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
         let (lo, est, hi) = (r["low"].as_f64().unwrap(), r["estimate"].as_f64().unwrap(), r["high"].as_f64().unwrap());
         assert!(lo <= est && est <= hi && hi - lo < 0.4, "{e}: {r}");
     }
+    // Rogan-Gladen's judge, better than chance on this jury, says what the correction
+    // divides by, in metrics.json, on the terminal and in the report.
+    let rg = &c["rogan_gladen_judge"];
+    let (sens, spec) = (rg["sensitivity"].as_f64().unwrap(), rg["specificity"].as_f64().unwrap());
+    assert!(sens > 0.5 && sens <= 1.0 && spec > 0.5 && spec <= 1.0, "{rg}");
+    assert!(
+        said.contains(&format!("(its judge's sensitivity {sens:.2}, specificity {spec:.2} on the labels)")),
+        "{said}"
+    );
     let ppi = &c["rates"]["ppi-jury"];
     assert!(ppi["low"].as_f64().unwrap() <= rate && rate <= ppi["high"].as_f64().unwrap(), "{ppi} vs {rate}");
     let cal_acc = m["methods"]["calibrated"]["accuracy"].as_f64().unwrap();
@@ -123,6 +132,7 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert!(predictions.lines().next().unwrap().contains("calibrated_p"));
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("Positive rate corrected with the calibration labels"));
+    assert!(report.contains("the correction divides by their sum less 1"));
     assert!(report.contains("Accuracy read off the calibration labels"));
     assert!(!said.contains("note: fewer than"), "{said}");
     assert_eq!(c["balance"]["plausible"], true, "{c}");
