@@ -319,7 +319,8 @@ impl<'a> Study<'a> {
     /// The table printed to the terminal, the recommended method first.
     pub fn table(&self) -> String {
         let mut s = self.headline();
-        s.push_str(&table(self.judgments, self.labels, &self.methods));
+        let calibration = self.calibration.as_ref().map(|c| c.n_calibration);
+        s.push_str(&table(self.judgments, self.labels, calibration, &self.methods));
         if let Some(n) = &self.neural {
             s.push_str("\ncontext-dependent methods (accuracy outside each seed's dev set)\n");
             for r in &n.runs {
@@ -376,15 +377,18 @@ fn shown_name(name: &str) -> String {
     }
 }
 
-fn table(j: &Judgments, labels: Option<&Labels>, runs: &[crate::MethodRun]) -> String {
+/// The judges' and methods' table, under a line of counts; `calibration` is the number
+/// of calibration labels, which no accuracy is scored on.
+fn table(j: &Judgments, labels: Option<&Labels>, calibration: Option<usize>, runs: &[crate::MethodRun]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} examples, {} judges, {} classes, {} labeled",
+        "{} examples, {} judges, {} classes, {} labeled{}",
         j.n_examples(),
         j.n_judges(),
         j.n_classes(),
-        labels.map_or(0, Labels::n_labeled)
+        labels.map_or(0, Labels::n_labeled),
+        calibration.map_or(String::new(), |k| format!(" (besides {k} calibration labels, not scored on)"))
     );
     let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
     let cover = coverage(j);
@@ -431,7 +435,7 @@ mod tests {
         let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
         b.push_binary("e1", &long, Some(0.9)).unwrap();
         b.push_binary("e1", "short", Some(0.2)).unwrap();
-        let t = table(&b.build(), None, &[]);
+        let t = table(&b.build(), None, None, &[]);
         assert!(t.contains(&format!("{}…", "j".repeat(NAME_WIDTH - 1))), "{t}");
         assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
     }
@@ -450,7 +454,10 @@ mod tests {
             .unwrap();
             crate::MethodRun { name, aggregation, seconds: 0.0 }
         };
-        let t = table(&j, None, &[run("calibrated"), run("avg")]);
+        let t = table(&j, None, Some(40), &[run("calibrated"), run("avg")]);
+        assert!(t.starts_with(
+            "1 examples, 2 judges, 2 classes, 0 labeled (besides 40 calibration labels, not scored on)\n"
+        ));
         // Every row of the methods' table puts its accuracy column where the header does.
         let header = t.lines().find(|l| l.starts_with("method")).expect("a methods header");
         let at = header.find("accuracy").expect("an accuracy column");
@@ -464,7 +471,7 @@ mod tests {
     fn a_judge_name_cannot_drive_the_terminal() {
         let mut b = jury_core::JudgmentsBuilder::new(2).unwrap();
         b.push_binary("e1", "j\x1b]0;pwned\x07\x1b[2J", Some(0.9)).unwrap();
-        let t = table(&b.build(), None, &[]);
+        let t = table(&b.build(), None, None, &[]);
         assert!(t.contains("j\\x1b]0;pwned\\x07\\x1b[2J "), "{t}");
         assert!(!t.contains(['\x1b', '\x07']), "{t}");
     }

@@ -96,6 +96,7 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert_eq!(c["n_scoring_dropped"], 120);
     assert_eq!(c["n_scored"], 1380);
     assert_eq!(m["n_labeled"], 1380);
+    assert!(said.contains("1380 labeled (besides 120 calibration labels, not scored on)"), "{said}");
     // Every estimator's interval holds its estimate, and the jury's PPI interval covers
     // the true rate of this jury.
     let rate = t.values().filter(|v| *v == "1").count() as f64 / t.len() as f64;
