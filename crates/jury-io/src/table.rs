@@ -601,6 +601,15 @@ pub fn read_calibration_among(
             return Err(t.field_err(i, EXAMPLE_ID, format!("`{id}` is not among the judgments' examples")));
         };
         let text = label.as_deref().map(str::trim).unwrap_or("");
+        if text.is_empty() {
+            // The plan's user who labeled only part of it: say what to do, and what it costs.
+            return Err(t.field_err(
+                i,
+                LABEL,
+                "empty: give every row a label (0, 1, yes or no), or remove the rows you could not label \
+                 (the estimates then take them to be missing at random)",
+            ));
+        }
         let Some(l) = parse_label(text, 2) else {
             return Err(t.field_err(i, LABEL, format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
         };
@@ -815,6 +824,17 @@ mod tests {
         assert!(e.contains("bad.csv line 2: column `label`: `2` is not a label"), "{e}");
         let empty = write(dir.path(), "e.csv", "example_id,label\n");
         assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
+    }
+
+    /// A plan labeled in part: the empty label's line, and what to do about it.
+    #[test]
+    fn a_calibration_row_left_unlabeled_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = write(dir.path(), "j.csv", "example_id,judge,p\nx,a,0.2\ny,a,0.6\nz,a,0.7\n");
+        let c = write(dir.path(), "c.csv", "example_id,inclusion_probability,label\nx,0.5,0\ny,0.5,\nz,0.5,1\n");
+        let e = read_calibration(&c, &read_judgments(&j).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("c.csv line 3: column `label`: empty: give every row a label"), "{e}");
+        assert!(e.contains("remove the rows you could not label"), "{e}");
     }
 
     /// Calibration labels against judgments of three classes: one message saying why,
