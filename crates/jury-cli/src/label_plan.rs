@@ -20,8 +20,8 @@ pub(crate) struct Args {
     /// the same examples.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The plan to write: example_id and inclusion_probability; add a `label` column and
-    /// pass it to `jury aggregate --calibration`.
+    /// The plan to write: example_id, inclusion_probability and plan_size; add a `label`
+    /// column and pass it to `jury aggregate --calibration`.
     #[arg(long)]
     out: PathBuf,
     /// Replace an existing plan file.
@@ -37,7 +37,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let settings = Settings::new(&AggregateOptions { seed: args.seed, ..Default::default() })?;
     let plan = jury_study::label_plan(&judgments, &settings, args.budget, args.seed)
         .with_context(|| format!("planning {} labels for {}", args.budget, args.judgments.display()))?;
-    let text = jury_io::label_plan_csv(plan.iter().map(|(id, p)| (id.as_str(), *p)));
+    let rows: Vec<(&str, f64)> = plan.iter().map(|(id, p)| (id.as_str(), *p)).collect();
+    let text = jury_io::label_plan_csv(&rows);
     write_atomic(&args.out, text.as_bytes())?;
     println!(
         "wrote {} examples of {} to label to {} (add a label column, then jury aggregate --calibration)",

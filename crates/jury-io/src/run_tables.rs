@@ -26,6 +26,9 @@ pub(crate) const CATEGORY: &str = "category";
 /// The label plan's column: each example's probability of being in the plan, which the
 /// calibration estimators read.
 pub const INCLUSION_COLUMN: &str = "inclusion_probability";
+/// The label plan's column giving how many examples it drew, on every row: a plan's
+/// estimators count on every planned row, so the reader refuses a plan with rows removed.
+pub(crate) const PLAN_SIZE_COLUMN: &str = "plan_size";
 
 /// One judgment as `jury run` records it: the verdict probability and the numbers
 /// behind it.
@@ -199,11 +202,12 @@ pub fn prompts_jsonl<'a>(rows: impl IntoIterator<Item = PromptRow<'a>>) -> Strin
     lines
 }
 
-/// A label plan: example_id, inclusion_probability (nine decimals).
-pub fn label_plan_csv<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> String {
-    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN}\n");
+/// A label plan: example_id, inclusion_probability (nine decimals), plan_size (the
+/// number of rows).
+pub fn label_plan_csv(rows: &[(&str, f64)]) -> String {
+    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN},{PLAN_SIZE_COLUMN}\n");
     for (id, p) in rows {
-        let _ = writeln!(table, "{},{p:.9}", csv_field(id));
+        let _ = writeln!(table, "{},{p:.9},{}", csv_field(id), rows.len());
     }
     table
 }
@@ -293,7 +297,10 @@ mod tests {
             "example_id,asked,answered,stop,confidence\nq,a;b,2,settled,0.950000\n"
         );
         assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
-        assert_eq!(label_plan_csv([("q", 0.5)]), "example_id,inclusion_probability\nq,0.500000000\n");
+        assert_eq!(
+            label_plan_csv(&[("q", 0.5), ("r", 0.25)]),
+            "example_id,inclusion_probability,plan_size\nq,0.500000000,2\nr,0.250000000,2\n"
+        );
         let prompt = PromptRow { judge: "j", example_id: "q\"1", tokens: &[1, 20] };
         let lines = prompts_jsonl([prompt, PromptRow { tokens: &[], ..prompt }]);
         assert_eq!(lines.lines().next(), Some("{\"judge\":\"j\",\"example_id\":\"q\\\"1\",\"tokens\":[1,20]}"));

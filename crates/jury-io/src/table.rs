@@ -17,7 +17,9 @@ use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
 
 use crate::IoError;
 use crate::columns::{Columns, Value};
-use crate::run_tables::{CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, PROBS, TEXT, TOKENS};
+use crate::run_tables::{
+    CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, PLAN_SIZE_COLUMN, PROBS, TEXT, TOKENS,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -602,13 +604,16 @@ pub fn read_calibration_among(
         };
         let text = label.as_deref().map(str::trim).unwrap_or("");
         if text.is_empty() {
-            // The plan's user who labeled only part of it: say what to do, and what it costs.
-            return Err(t.field_err(
-                i,
-                LABEL,
-                "empty: give every row a label (0, 1, yes or no), or remove the rows you could not label \
-                 (the estimates then take them to be missing at random)",
-            ));
+            // A plan labeled in part: its estimators weigh each row by its inclusion
+            // probability and count on every planned row (Horvitz-Thompson), so a row
+            // removed biases them; labels without a plan are a uniform sample either way.
+            let what = if inclusion.is_some() {
+                "a plan needs every planned example labeled (its estimates count each row by its inclusion \
+                 probability, and a row removed biases them)"
+            } else {
+                "give every row a label, or remove the rows you could not label"
+            };
+            return Err(t.field_err(i, LABEL, format!("empty: {what}; a label is 0, 1, yes or no")));
         }
         let Some(l) = parse_label(text, 2) else {
             return Err(t.field_err(i, LABEL, format!("`{text}` is not a binary label (expected 0, 1, yes or no)")));
@@ -632,6 +637,9 @@ pub fn read_calibration_among(
         out.index.push(n);
         out.labels.push(l as u8);
     }
+    if t.has(PLAN_SIZE_COLUMN) {
+        check_plan_size(&t, out.labels.len())?;
+    }
     let ones = out.labels.iter().filter(|&&l| l == 1).count();
     if ones == 0 || ones == out.labels.len() {
         let class = if ones == 0 { 0 } else { 1 };
@@ -641,6 +649,31 @@ pub fn read_calibration_among(
         ));
     }
     Ok(out)
+}
+
+/// A plan's rows against the size it was drawn at (`plan_size`, the same on every row):
+/// its estimators weigh each row by `1 / pi` and count on every planned row
+/// (Horvitz-Thompson), so rows removed (the examples a team could not label) would bias
+/// every rate by the share removed, and nothing in the labels or the judges shows it.
+fn check_plan_size(t: &Table, rows: usize) -> Result<(), IoError> {
+    let sizes = t.floats(PLAN_SIZE_COLUMN)?;
+    let size = |i: usize| sizes[i].filter(|s| *s >= 1.0 && s.fract() == 0.0);
+    let Some(planned) = size(0) else {
+        return Err(t.field_err(0, PLAN_SIZE_COLUMN, "not a whole number of examples"));
+    };
+    if let Some(i) = (1..sizes.len()).find(|&i| size(i) != Some(planned)) {
+        return Err(t.field_err(i, PLAN_SIZE_COLUMN, format!("differs from the first row's {planned}")));
+    }
+    if rows as f64 != planned {
+        return Err(t.column_err(
+            PLAN_SIZE_COLUMN,
+            format!(
+                "{rows} rows of a plan of {planned}: label every planned example (the plan's estimates count \
+                 each row by its inclusion probability, and rows removed or added bias every rate)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -826,15 +859,36 @@ mod tests {
         assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
     }
 
-    /// A plan labeled in part: the empty label's line, and what to do about it.
+    /// A plan labeled in part, and plain labels with one missing: the empty label's line,
+    /// and what to do about it.
     #[test]
     fn a_calibration_row_left_unlabeled_says_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let j = write(dir.path(), "j.csv", "example_id,judge,p\nx,a,0.2\ny,a,0.6\nz,a,0.7\n");
         let c = write(dir.path(), "c.csv", "example_id,inclusion_probability,label\nx,0.5,0\ny,0.5,\nz,0.5,1\n");
         let e = read_calibration(&c, &read_judgments(&j).unwrap()).unwrap_err().to_string();
-        assert!(e.contains("c.csv line 3: column `label`: empty: give every row a label"), "{e}");
-        assert!(e.contains("remove the rows you could not label"), "{e}");
+        assert!(e.contains("c.csv line 3: column `label`: empty: a plan needs every planned example labeled"), "{e}");
+        let c = write(dir.path(), "u.csv", "example_id,label\nx,0\ny,\nz,1\n");
+        let e = read_calibration(&c, &read_judgments(&j).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("u.csv line 3: column `label`: empty: give every row a label, or remove the rows"), "{e}");
+    }
+
+    /// A plan with a row removed, or a size that changes between rows, is refused naming
+    /// the file; the whole plan reads.
+    #[test]
+    fn a_plan_with_rows_removed_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = write(dir.path(), "j.csv", "example_id,judge,p\nx,a,0.2\ny,a,0.6\nz,a,0.7\n");
+        let j = read_judgments(&j).unwrap();
+        let head = "example_id,inclusion_probability,plan_size,label\n";
+        let whole = write(dir.path(), "w.csv", &format!("{head}x,0.5,3,0\ny,0.5,3,1\nz,0.5,3,1\n"));
+        assert_eq!(read_calibration(&whole, &j).unwrap().labels, vec![0, 1, 1]);
+        let part = write(dir.path(), "p.csv", &format!("{head}x,0.5,3,0\nz,0.5,3,1\n"));
+        let e = read_calibration(&part, &j).unwrap_err().to_string();
+        assert!(e.contains("p.csv") && e.contains("2 rows of a plan of 3: label every planned example"), "{e}");
+        let mixed = write(dir.path(), "m.csv", &format!("{head}x,0.5,3,0\nz,0.5,2,1\n"));
+        let e = read_calibration(&mixed, &j).unwrap_err().to_string();
+        assert!(e.contains("m.csv line 3: column `plan_size`: differs from the first row's 3"), "{e}");
     }
 
     /// Calibration labels against judgments of three classes: one message saying why,

@@ -76,14 +76,15 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = fs::read_to_string(&plan).unwrap();
-    assert_eq!(text.lines().next(), Some("example_id,inclusion_probability"));
+    assert_eq!(text.lines().next(), Some("example_id,inclusion_probability,plan_size"));
     assert_eq!(text.lines().count(), 121);
     // The user labels the planned examples.
     let t = truth(d);
-    let mut labeled = String::from("example_id,inclusion_probability,label\n");
+    let mut labeled = String::from("example_id,inclusion_probability,plan_size,label\n");
     for l in text.lines().skip(1) {
-        let (id, p) = l.split_once(',').unwrap();
-        labeled.push_str(&format!("{id},{p},{}\n", t[id]));
+        let (id, rest) = l.split_once(',').unwrap();
+        assert!(rest.ends_with(",120"), "{l}");
+        labeled.push_str(&format!("{id},{rest},{}\n", t[id]));
     }
     let cal = d.join("calibration.csv");
     fs::write(&cal, labeled).unwrap();
@@ -335,6 +336,11 @@ fn bad_calibration_input_is_one_line_naming_the_file_and_line_and_writes_nothing
         ("unknown", format!("example_id,label\n{},1\nnot-an-example,0\n", ids[0]), "line 3"),
         ("not-binary", format!("example_id,label\n{},1\n{},2\n", ids[0], ids[1]), "line 3"),
         ("one-class", format!("example_id,label\n{},1\n{},1\n{},1\n", ids[0], ids[1], ids[2]), "one class"),
+        (
+            "rows-removed",
+            format!("example_id,inclusion_probability,plan_size,label\n{},0.5,3,1\n{},0.5,3,0\n", ids[0], ids[1]),
+            "2 rows of a plan of 3",
+        ),
         (
             "bad-inclusion",
             format!("example_id,label,inclusion_probability\n{},1,0.5\n{},0,1.5\n", ids[0], ids[1]),
