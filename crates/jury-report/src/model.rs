@@ -202,7 +202,17 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         ("methods".to_owned(), metrics.methods.0.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>().join(", ")),
     ];
     if let Some(r) = &metrics.recommendation {
-        facts.push(("recommended method".to_owned(), r.why(&metrics.recommended_method)));
+        // With calibration labels the recommended method is `calibrated`, which the
+        // held-out-judge criterion never scored: it explains the label-free method.
+        let why = match &metrics.calibration {
+            Some(c) => format!(
+                "{}, fitted on the calibration labels and every unlabeled judgment; without labels it would be {}",
+                metrics.recommended_method,
+                r.why(&c.label_free_method)
+            ),
+            None => r.why(&metrics.recommended_method),
+        };
+        facts.push(("recommended method".to_owned(), why));
     }
     if let Some(c) = &metrics.calibration {
         facts.push((

@@ -135,6 +135,10 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     let report = fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(report.contains("Positive rate corrected with the calibration labels"));
     assert!(report.contains("the correction divides by their sum less 1"));
+    // The recommendation explains the label-free method the calibrated one starts from
+    // (the held-out-judge criterion never scores `calibrated`: it read "by NaN").
+    assert!(report.contains("without labels it would be"), "the report's recommendation");
+    assert!(!report.contains("NaN"), "a NaN in the report");
     assert!(report.contains("Accuracy read off the calibration labels"));
     assert!(!said.contains("note: fewer than"), "{said}");
     assert_eq!(c["balance"]["plausible"], true, "{c}");
