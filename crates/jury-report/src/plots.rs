@@ -38,7 +38,7 @@ pub(crate) fn accuracy_bars(bars: &[Bar]) -> Result<String, ReportError> {
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(230)
-            .build_cartesian_2d(x0..1.0f64, (0..n).into_segmented())
+            .build_cartesian_2d(x0..1.0f64, rows_axis(n))
             .map_err(err)?;
         let labels: Vec<String> = bars.iter().map(|b| short(b.label, 36)).collect();
         chart
@@ -91,7 +91,7 @@ pub(crate) fn kappa_heatmap(names: &[String], kappa: &[Vec<Option<f64>>]) -> Res
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(200)
-            .build_cartesian_2d((0..k).into_segmented(), (0..k).into_segmented())
+            .build_cartesian_2d(rows_axis(k), rows_axis(k))
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -277,6 +277,12 @@ pub(crate) fn win_rates(rows: &[PairPoint]) -> Result<String, ReportError> {
 
 /// One row per estimate on [0, 1]: its interval and point (the rates of a calibrated run,
 /// the win rates of pairs), with `x_desc` under the axis.
+/// A discrete axis of `n` rows, one segment each: plotters' integer range `0..m` is
+/// inclusive of `m` as a discrete axis, so `0..n` drew an empty row past the last.
+fn rows_axis(n: i32) -> plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordi32> {
+    (0..(n - 1).max(0)).into_segmented()
+}
+
 pub(crate) fn intervals(rows: &[PairPoint], x_desc: &str) -> Result<String, ReportError> {
     let mut svg = String::new();
     let height = 70 + 28 * rows.len() as u32;
@@ -288,7 +294,7 @@ pub(crate) fn intervals(rows: &[PairPoint], x_desc: &str) -> Result<String, Repo
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(230)
-            .build_cartesian_2d(0.0..1.0f64, (0..n).into_segmented())
+            .build_cartesian_2d(0.0..1.0f64, rows_axis(n))
             .map_err(err)?;
         let labels: Vec<String> = rows.iter().map(|r| short(r.label, 36)).collect();
         chart
@@ -326,4 +332,20 @@ pub(crate) fn intervals(rows: &[PairPoint], x_desc: &str) -> Result<String, Repo
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use plotters::coord::ranged1d::DiscreteRanged;
+
+    use super::rows_axis;
+
+    /// One segment per row, none past the last (a plot of four rates drew five): `n`
+    /// values and plotters' closing `SegmentValue::Last`.
+    #[test]
+    fn a_rows_axis_has_a_segment_per_row() {
+        for n in [1, 4, 13] {
+            assert_eq!(rows_axis(n).size(), n as usize + 1);
+        }
+    }
 }
