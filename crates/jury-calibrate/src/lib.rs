@@ -70,3 +70,91 @@ pub enum CalibrationError {
     )]
     DrawsOneClass { budget: usize, draws: u64, rarer: usize, examples: usize },
 }
+
+/// What a jury no test saw must still get: on any small jury (one to five judges, some
+/// always sure, some missing on part of the examples, a rate anywhere from rare to
+/// common, labels drawn uniformly or by a plan) every fit, rate and accuracy is finite,
+/// each estimate inside its interval and every interval inside [0, 1].
+#[cfg(test)]
+mod properties {
+    use jury_core::JudgmentsBuilder;
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    fn check(what: &str, i: &Interval) -> Result<(), TestCaseError> {
+        prop_assert!(i.low.is_finite() && i.high.is_finite() && i.estimate.is_finite(), "{what}: {i:?} not finite");
+        prop_assert!(0.0 <= i.low && i.high <= 1.0, "{what}: {i:?} outside [0, 1]");
+        prop_assert!(i.low <= i.estimate + 1e-12 && i.estimate <= i.high + 1e-12, "{what}: {i:?}");
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_small_jury_gets_finite_estimates_inside_their_intervals(
+            n in 12usize..160,
+            k in 1usize..6,
+            rate in 0.03f64..0.97,
+            budget_share in 0.05f64..0.95,
+            planned in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let truth: Vec<u8> = (0..n).map(|_| u8::from(rng.random::<f64>() < rate)).collect();
+            let mut b = JudgmentsBuilder::new(2).expect("two classes");
+            for j in 0..k {
+                // A judge of any accuracy, sure of every verdict (0 or 1) one time in four,
+                // judging every example or about two in three.
+                let accuracy: f64 = rng.random_range(0.3..1.0);
+                let sure = rng.random::<f64>() < 0.25;
+                let coverage = if rng.random::<f64>() < 0.5 { 1.0 } else { 0.66 };
+                for (i, &t) in truth.iter().enumerate() {
+                    if j > 0 && rng.random::<f64>() > coverage {
+                        continue;
+                    }
+                    let right = rng.random::<f64>() < accuracy;
+                    let p: f64 = if sure { 1.0 } else { rng.random_range(0.5..1.0) };
+                    let p = if (t == 1) == right { p } else { 1.0 - p };
+                    b.push_binary(&format!("e{i}"), &format!("j{j}"), Some(p)).expect("a binary judgment");
+                }
+            }
+            let judgments = b.build();
+            let mean: Vec<f64> = (0..n)
+                .map(|i| {
+                    let row: Vec<f64> = judgments.row(i).map(|(_, p)| p[1]).collect();
+                    row.iter().sum::<f64>() / row.len().max(1) as f64
+                })
+                .collect();
+            let d = LogOdds::new(&judgments, &mean).expect("a binary jury");
+            let budget = ((n as f64 * budget_share) as usize).clamp(2, n - 1);
+            let drawn = if planned { plan_labels(&mean, budget, seed) } else { uniform_sample(n, budget, seed) }
+                .expect("a budget under the jury's size");
+            let labels: Vec<u8> = drawn.iter().map(|p| truth[p.index]).collect();
+            let inclusion = planned.then(|| drawn.iter().map(|p| p.inclusion).collect());
+            let Ok(sample) = Sample::new(n, drawn.iter().map(|p| p.index).collect(), labels, inclusion) else {
+                // One class only among the labels: refused, as it should be.
+                return Ok(());
+            };
+            let fit = Calibrated::fit(&d, &sample, seed);
+            for p in fit.probabilities(&d) {
+                prop_assert!((0.0..=1.0).contains(&p), "calibrated probability {p}");
+            }
+            let rates = RateEstimates::estimate(&d, &sample, seed);
+            for (e, i) in &rates.intervals {
+                check(e.name(), i)?;
+            }
+            let c = rates.rogan_gladen_judge;
+            prop_assert!((0.0..=1.0).contains(&c.sensitivity) && (0.0..=1.0).contains(&c.specificity), "{c:?}");
+            let hard: Vec<u8> = mean.iter().map(|&p| u8::from(p > 0.5)).collect();
+            if let Some(a) = verdict_accuracy(&sample, &fit, &hard) {
+                check("calibrated accuracy", &a.calibrated)?;
+                check("label-free accuracy", &a.recommended)?;
+            }
+            let b = Balance::check(&mean, &sample);
+            prop_assert!(b.mean_probability.z.is_finite() && b.uncertainty.z.is_finite(), "{b:?}");
+        }
+    }
+}

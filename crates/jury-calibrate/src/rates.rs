@@ -83,6 +83,19 @@ impl Interval {
         self.high - self.low
     }
 
+    /// The estimate moved into [0, 1], and the interval into [0, 1] around it. A rate
+    /// outside [0, 1] is impossible, so the move only brings the estimate nearer the
+    /// truth: PPI's `centre + mean residual` and a plan's weighted share can pass either
+    /// end with few labels (PPI with the jury read -0.025 at 2 planned labels of 44).
+    fn in_unit(self) -> Self {
+        let estimate = self.estimate.clamp(0.0, 1.0);
+        Self {
+            estimate,
+            low: self.low.clamp(0.0, 1.0).min(estimate),
+            high: self.high.clamp(0.0, 1.0).max(estimate),
+        }
+    }
+
     /// Whether `v` lies in the interval, to within rounding: a rate known exactly (every
     /// example labeled, [`Interval::point`]) is a sum over the labels taken in another
     /// order than the rate it is scored against, and the two can differ in the last bits
@@ -235,10 +248,10 @@ impl RateEstimates {
             picked_judge: judge,
             rogan_gladen_judge,
             intervals: vec![
-                (Estimator::LabelsOnly, labels_only),
-                (Estimator::RoganGladen, rogan_gladen),
-                (Estimator::PpiBestJudge, ppi_judge),
-                (Estimator::PpiJury, ppi_jury),
+                (Estimator::LabelsOnly, labels_only.in_unit()),
+                (Estimator::RoganGladen, rogan_gladen.in_unit()),
+                (Estimator::PpiBestJudge, ppi_judge.in_unit()),
+                (Estimator::PpiJury, ppi_jury.in_unit()),
             ],
         }
     }
