@@ -859,35 +859,26 @@ mod tests {
         assert!(read_labels(&empty, &judgments).unwrap_err().to_string().ends_with("e.csv: has no rows"));
     }
 
-    /// A plan labeled in part, and plain labels with one missing: the empty label's line,
-    /// and what to do about it.
+    /// A plan labeled in part (a label left empty, a row removed, a size that changes
+    /// between rows) is refused naming the file and line and saying what to do; plain
+    /// labels with one empty say to label or remove it; the whole plan reads.
     #[test]
-    fn a_calibration_row_left_unlabeled_says_what_to_do() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = write(dir.path(), "j.csv", "example_id,judge,p\nx,a,0.2\ny,a,0.6\nz,a,0.7\n");
-        let c = write(dir.path(), "c.csv", "example_id,inclusion_probability,label\nx,0.5,0\ny,0.5,\nz,0.5,1\n");
-        let e = read_calibration(&c, &read_judgments(&j).unwrap()).unwrap_err().to_string();
-        assert!(e.contains("c.csv line 3: column `label`: empty: a plan needs every planned example labeled"), "{e}");
-        let c = write(dir.path(), "u.csv", "example_id,label\nx,0\ny,\nz,1\n");
-        let e = read_calibration(&c, &read_judgments(&j).unwrap()).unwrap_err().to_string();
-        assert!(e.contains("u.csv line 3: column `label`: empty: give every row a label, or remove the rows"), "{e}");
-    }
-
-    /// A plan with a row removed, or a size that changes between rows, is refused naming
-    /// the file; the whole plan reads.
-    #[test]
-    fn a_plan_with_rows_removed_is_refused() {
+    fn a_plan_labeled_in_part_is_refused_saying_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let j = write(dir.path(), "j.csv", "example_id,judge,p\nx,a,0.2\ny,a,0.6\nz,a,0.7\n");
         let j = read_judgments(&j).unwrap();
+        let error =
+            |name: &str, text: &str| read_calibration(&write(dir.path(), name, text), &j).unwrap_err().to_string();
+        let e = error("c.csv", "example_id,inclusion_probability,label\nx,0.5,0\ny,0.5,\nz,0.5,1\n");
+        assert!(e.contains("c.csv line 3: column `label`: empty: a plan needs every planned example labeled"), "{e}");
+        let e = error("u.csv", "example_id,label\nx,0\ny,\nz,1\n");
+        assert!(e.contains("u.csv line 3: column `label`: empty: give every row a label, or remove the rows"), "{e}");
         let head = "example_id,inclusion_probability,plan_size,label\n";
         let whole = write(dir.path(), "w.csv", &format!("{head}x,0.5,3,0\ny,0.5,3,1\nz,0.5,3,1\n"));
         assert_eq!(read_calibration(&whole, &j).unwrap().labels, vec![0, 1, 1]);
-        let part = write(dir.path(), "p.csv", &format!("{head}x,0.5,3,0\nz,0.5,3,1\n"));
-        let e = read_calibration(&part, &j).unwrap_err().to_string();
+        let e = error("p.csv", &format!("{head}x,0.5,3,0\nz,0.5,3,1\n"));
         assert!(e.contains("p.csv") && e.contains("2 rows of a plan of 3: label every planned example"), "{e}");
-        let mixed = write(dir.path(), "m.csv", &format!("{head}x,0.5,3,0\nz,0.5,2,1\n"));
-        let e = read_calibration(&mixed, &j).unwrap_err().to_string();
+        let e = error("m.csv", &format!("{head}x,0.5,3,0\nz,0.5,2,1\n"));
         assert!(e.contains("m.csv line 3: column `plan_size`: differs from the first row's 3"), "{e}");
     }
 
