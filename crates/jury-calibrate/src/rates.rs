@@ -89,11 +89,7 @@ impl Interval {
     /// end with few labels (PPI with the jury read -0.025 at 2 planned labels of 44).
     fn in_unit(self) -> Self {
         let estimate = self.estimate.clamp(0.0, 1.0);
-        Self {
-            estimate,
-            low: self.low.clamp(0.0, 1.0).min(estimate),
-            high: self.high.clamp(0.0, 1.0).max(estimate),
-        }
+        Self { estimate, low: self.low.clamp(0.0, 1.0).min(estimate), high: self.high.clamp(0.0, 1.0).max(estimate) }
     }
 
     /// Whether `v` lies in the interval, to within rounding: a rate known exactly (every
@@ -567,16 +563,6 @@ fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]
         xtx[a * d + a] += 1e-6 * m as f64;
     }
     let beta = crate::linalg::solve_spd(&xtx, &xty);
-    let lambda = &beta[..p];
-    let r: Vec<f64> = f
-        .iter()
-        .zip(y)
-        .zip(e)
-        .map(|((row, y), e)| (y - row.iter().zip(lambda).map(|(a, b)| a * b).sum::<f64>()) * e)
-        .collect();
-    let mr = r.iter().sum::<f64>() / m as f64;
-    let df = (m as f64 - d as f64).max(1.0);
-    let vr = spread(&with_pseudo_labels(&r, lambda), mr) / (df + PSEUDO_LABELS);
     // The coefficients are estimated too: their variance, sigma^2 (X'X)^-1, reaches the
     // estimate through the gap between the predictors' mean over every example and over
     // the labels (the regression estimator's second term; at 50 labels and three
@@ -589,10 +575,31 @@ fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]
             coef_var += gap[a] * inv[a * d + b] * gap[b];
         }
     }
-    let left = finite_population(&r, mr, pi);
-    let se = (left * (vr / m as f64 + vr * coef_var.max(0.0))).sqrt();
-    let centre: f64 = f_mean_all.iter().zip(lambda).map(|(a, b)| a * b).sum();
-    Interval::normal(centre + mr, se, df)
+    // PPI's interval at predictor weights `lambda`: the predictors' weighted mean over
+    // every example plus the labels' mean residual `y - lambda' f`, Student's at `df`,
+    // the residuals' variance (with the pseudo-labels) widened by `coef_var` per unit for
+    // the weights' own estimation, and counted against the N examples.
+    let at = |lambda: &[f64], df: f64, coef_var: f64| -> (Interval, f64) {
+        let r: Vec<f64> = f
+            .iter()
+            .zip(y)
+            .zip(e)
+            .map(|((row, y), e)| (y - row.iter().zip(lambda).map(|(a, b)| a * b).sum::<f64>()) * e)
+            .collect();
+        let mr = r.iter().sum::<f64>() / m as f64;
+        let vr = spread(&with_pseudo_labels(&r, lambda), mr) / (df + PSEUDO_LABELS);
+        let left = finite_population(&r, mr, pi);
+        let se = (left * (vr / m as f64 + vr * coef_var.max(0.0))).sqrt();
+        let centre: f64 = f_mean_all.iter().zip(lambda).map(|(a, b)| a * b).sum();
+        (Interval::normal(centre + mr, se, df), t975(df) * se)
+    };
+    let fitted = at(&beta[..p], (m as f64 - d as f64).max(1.0), coef_var);
+    // No predictor at all (lambda = 0, the labels' own mean) is among PPI++'s choices, so
+    // a fitted lambda whose interval (before clipping to [0, 1]) is wider than it is noise: predictors that agree on
+    // nearly every label (an accurate judge and the posterior, 50 labels of TriviaQA V2)
+    // left X'X near singular, lambda at (41.7, -40.8) and the estimate at 3.65 +- 48.
+    let none = at(&vec![0.0; p], (m as f64 - 1.0).max(1.0), 0.0);
+    if fitted.1 > none.1 { none.0 } else { fitted.0 }
 }
 
 #[cfg(test)]
@@ -820,6 +827,31 @@ mod tests {
         let flat = ppi(&y, &[0.5; 20], 0.5, &[1.0; 20], &[0.0; 20], 1000);
         assert!((flat.estimate - 0.4).abs() < 1e-12);
         assert!(flat.width() > 0.35);
+    }
+
+    /// Two predictors that agree on all but two of 50 labels (TriviaQA V2's posterior and
+    /// picked judge in one replay draw): least squares put lambda at (41.7, -40.8) and the
+    /// estimate at 3.65 with an interval of [0, 1]; the labels' own mean is narrower.
+    #[test]
+    fn ppi_with_predictors_that_agree_on_the_labels_falls_back_to_the_labels() {
+        let mut f = vec![];
+        let mut y = vec![];
+        for _ in 0..34 {
+            f.push(vec![0.9999, 0.999]);
+            y.push(1.0);
+        }
+        for _ in 0..13 {
+            f.push(vec![0.0001, 0.001]);
+            y.push(0.0);
+        }
+        for row in [[0.005767582110301048, 0.001], [0.986402247758477, 0.999], [0.9999, 0.999]] {
+            f.push(row.to_vec());
+            y.push(0.0);
+        }
+        let pi = [50.0 / 3000.0; 50];
+        let i = ppi_many(&y, &f, &[0.710401239504643, 0.637100249999974], &[1.0; 50], &pi);
+        assert!((i.estimate - 0.68).abs() < 1e-9, "{i:?}");
+        assert!(i.width() < 0.3, "{i:?}");
     }
 
     /// Every label right: without the pseudo-labels the residuals would have no variance.
