@@ -141,6 +141,19 @@ pub struct CalibrationMetrics {
     pub accuracy: Named<RateInterval>,
 }
 
+impl CalibrationMetrics {
+    /// Why `method` (the calibrated one) is recommended, in one line (the terminal's and
+    /// the report's): what it is fitted on, and `label_free_why`, why the label-free method
+    /// it starts from was chosen (the held-out-judge criterion never scores `method`).
+    pub fn recommended_why(&self, method: &str, label_free_why: &str) -> String {
+        format!(
+            "{method}, fitted on {} calibration labels ({}) and every unlabeled judgment; without labels it would \
+             be {label_free_why}",
+            self.n_calibration, self.sampling
+        )
+    }
+}
+
 /// The judges' mean probability of class 1 and its `p (1 - p)`, inclusion-weighted over the
 /// calibration examples against their means over every example. A set chosen other than
 /// as stated (the disputed examples, the failures found) shows in them, and biases the

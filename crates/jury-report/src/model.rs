@@ -205,11 +205,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         // With calibration labels the recommended method is `calibrated`, which the
         // held-out-judge criterion never scored: it explains the label-free method.
         let why = match &metrics.calibration {
-            Some(c) => format!(
-                "{}, fitted on the calibration labels and every unlabeled judgment; without labels it would be {}",
-                metrics.recommended_method,
-                r.why(&c.label_free_method)
-            ),
+            Some(c) => c.recommended_why(&metrics.recommended_method, &r.why(&c.label_free_method)),
             None => r.why(&metrics.recommended_method),
         };
         facts.push(("recommended method".to_owned(), why));

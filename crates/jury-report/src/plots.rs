@@ -275,14 +275,14 @@ pub(crate) fn win_rates(rows: &[PairPoint]) -> Result<String, ReportError> {
     intervals(rows, "win rate of G1 over G0")
 }
 
-/// One row per estimate on [0, 1]: its interval and point (the rates of a calibrated run,
-/// the win rates of pairs), with `x_desc` under the axis.
 /// A discrete axis of `n` rows, one segment each: plotters' integer range `0..m` is
 /// inclusive of `m` as a discrete axis, so `0..n` drew an empty row past the last.
 fn rows_axis(n: i32) -> plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordi32> {
     (0..(n - 1).max(0)).into_segmented()
 }
 
+/// One row per estimate on [0, 1]: its interval and point (the rates of a calibrated run,
+/// the win rates of pairs), with `x_desc` under the axis.
 pub(crate) fn intervals(rows: &[PairPoint], x_desc: &str) -> Result<String, ReportError> {
     let mut svg = String::new();
     let height = 70 + 28 * rows.len() as u32;

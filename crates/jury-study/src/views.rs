@@ -220,14 +220,7 @@ impl<'a> Study<'a> {
         let why = recommendation(&rec.selection, rec.seconds).why(label_free);
         let name = match &self.calibration {
             Some(c) => {
-                let _ = writeln!(
-                    s,
-                    "recommended method: {}, fitted on {} calibration labels ({}) and every unlabeled judgment; \
-                     without labels it would be {why}",
-                    crate::calibration::METHOD,
-                    c.n_calibration,
-                    c.sampling,
-                );
+                let _ = writeln!(s, "recommended method: {}", c.recommended_why(crate::calibration::METHOD, &why));
                 let rates: Vec<String> = c
                     .rates
                     .0
