@@ -230,16 +230,19 @@ impl RateEstimates {
             let q = |p: f64| boot[((p * (BOOTSTRAP - 1) as f64).round() as usize).min(BOOTSTRAP - 1)];
             Interval { estimate, low: q(0.025).min(estimate), high: q(0.975).max(estimate) }
         };
-        let (judge_held, judge_mean) = cross_fitted_judge(d, sample, &y, seed);
-        let ppi_judge = ppi(&y, &judge_held, judge_mean, &e, pi, n);
+        let judge_fit = cross_fitted_judge(d, sample, &y, seed);
+        let (judge_held, judge_mean) = (&judge_fit.held, judge_fit.mean);
+        let ppi_judge = ppi(&y, judge_held, judge_mean, &e, pi, n);
         // The jury as predictors: the label-free posterior and the picked judge, weighed
         // by least squares on the labels (PPI++ with several predictors: never wider, up
         // to the degrees of freedom spent, than with either alone). The calibrated stack is
         // not one: fitted on these labels it would need cross-fitting, and its
         // cross-fitted predictions covered 90-92% at 50 labels (docs/reproduction/calibration-choices.md).
         let f: Vec<Vec<f64>> =
-            sample.index().iter().zip(&judge_held).map(|(&i, &j)| vec![d.label_free_probability(i), j]).collect();
-        let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &e, pi);
+            sample.index().iter().zip(judge_held).map(|(&i, &j)| vec![d.label_free_probability(i), j]).collect();
+        let f_every: Vec<f64> =
+            judge_fit.every.iter().enumerate().flat_map(|(i, &j)| [d.label_free_probability(i), j]).collect();
+        let ppi_jury = ppi_many(&y, &f, &[d.label_free_mean(), judge_mean], &f_every, &e, pi);
         RateEstimates {
             picked_judge: judge,
             rogan_gladen_judge,
@@ -411,15 +414,22 @@ const PSEUDO_LABELS: f64 = 2.0;
 
 /// The residuals `y - lambda' f` with the pseudo-labels beside them, as (value, weight):
 /// each labeled residual at weight 1, each corner of (label, predictions) in {0, 1}^(p+1)
-/// at its share of [`PSEUDO_LABELS`].
-fn with_pseudo_labels(residuals: &[f64], lambda: &[f64]) -> Vec<(f64, f64)> {
+/// at its share of [`PSEUDO_LABELS`], the corner's `lambda' f` moved into `range`.
+///
+/// A pseudo-label stands for an example that might have been labeled, so its combined
+/// prediction is one the examples make: `range` is the least and greatest `lambda' f`
+/// over every example. Unmoved, two correlated predictors weighed (-3.6, 2.4) by 15
+/// labels put corners at -3.6 and 2.4, where no example is, and their spread made the
+/// jury's interval twice labels-only's on the demo's jury. PPI with the best judge passes
+/// [0, lambda], which holds its every corner already (lambda in [0, 1] times 0 or 1).
+fn with_pseudo_labels(residuals: &[f64], lambda: &[f64], range: (f64, f64)) -> Vec<(f64, f64)> {
     let p = lambda.len();
     let cells = 1usize << (p + 1);
     let w = PSEUDO_LABELS / cells as f64;
     let corners = (0..cells).map(|c| {
         let y = (c & 1) as f64;
         let fitted: f64 = lambda.iter().enumerate().filter(|(a, _)| (c >> (a + 1)) & 1 == 1).map(|(_, l)| l).sum();
-        (y - fitted, w)
+        (y - fitted.clamp(range.0, range.1), w)
     });
     residuals.iter().map(|&r| (r, 1.0)).chain(corners).collect()
 }
@@ -455,7 +465,7 @@ fn ppi_interval(centre: f64, mr: f64, values: &[(f64, f64)], scale: f64, df: f64
 /// is the labels' mean, as the finite-population variance that falls to 0 there says
 /// ([`finite_population`]); with the folds' mixture on it too, the estimate was off the
 /// rate by lambda times the folds' disagreement on the labeled examples, over N.
-pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> (Vec<f64>, f64) {
+pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: u64) -> CrossFitted {
     let rows = sample.index();
     let w = weights(sample);
     let m = rows.len();
@@ -478,7 +488,21 @@ pub(crate) fn cross_fitted_judge(d: &LogOdds, sample: &Sample, y: &[f64], seed: 
     let mixture = |i: usize| judges.iter().map(|&(share, j)| share * probability(i, j)).sum::<f64>();
     let mixture_all: f64 = judges.iter().map(|&(share, j)| share * d.judge_mean(j)).sum();
     let own: f64 = rows.iter().zip(&held).map(|(&i, &h)| h - mixture(i)).sum();
-    (held, mixture_all + own / d.n_examples() as f64)
+    let mut every: Vec<f64> = (0..d.n_examples()).map(mixture).collect();
+    for (&i, &h) in rows.iter().zip(&held) {
+        every[i] = h;
+    }
+    CrossFitted { held, mean: mixture_all + own / d.n_examples() as f64, every }
+}
+
+/// [`cross_fitted_judge`]'s predictions.
+pub(crate) struct CrossFitted {
+    /// On each labeled example (in the sample's order), from its own fold's judge.
+    pub held: Vec<f64>,
+    /// Over every example: each labeled example's own prediction, the folds' mixture on the rest.
+    pub mean: f64,
+    /// The prediction [`CrossFitted::mean`] averages, on every example.
+    pub every: Vec<f64>,
 }
 
 /// PPI++: `lambda * mean(f over all) + mean over labels of (y - lambda f) * e`, with the
@@ -504,7 +528,8 @@ fn ppi(y: &[f64], f: &[f64], f_mean_all: f64, e: &[f64], pi: &[f64], big_n: usiz
         return Interval::point(lambda * f_mean_all + mr);
     }
     let scale = left * (m + PSEUDO_LABELS) / (m - 1.0 + PSEUDO_LABELS) * (1.0 / m + gap * gap * slope_share);
-    let score = ppi_interval(lambda * f_mean_all, mr, &with_pseudo_labels(&r, &[lambda]), scale, m - 2.0);
+    let score =
+        ppi_interval(lambda * f_mean_all, mr, &with_pseudo_labels(&r, &[lambda], (0.0, lambda)), scale, m - 2.0);
     // The estimate's variance as the labels show it (no pseudo-labels): its effective size.
     let variance =
         left * (1.0 / m + gap * gap * slope_share) * r.iter().map(|v| (v - mr).powi(2)).sum::<f64>() / (m - 1.0);
@@ -535,6 +560,8 @@ fn at_least_clopper_pearson(interval: Interval, variance: f64) -> Interval {
 /// (y - lambda' f) * e`, `lambda` the least-squares coefficients of `y` on `f` (with an
 /// intercept) over the labels; the residuals' variance counts the coefficients fitted,
 /// and the variance is counted against the N examples ([`finite_population`]).
+/// `f_every` is every example's predictions, p to a row, whose combined range bounds
+/// the pseudo-labels' ([`with_pseudo_labels`]).
 ///
 /// Student's interval, not the best judge's score interval: with the label-free
 /// posterior among its predictors the residuals seldom hinge on one rare cell, and where
@@ -543,7 +570,7 @@ fn at_least_clopper_pearson(interval: Interval, variance: f64) -> Interval {
 /// widened this interval by up to 75% (families-10-soft 0.056 to 0.081, one-strong-8-hard
 /// 0.055 to 0.096 at 100 labels) where Student's already covered 97-100%, and raised no
 /// cell that was under 93% (docs/reproduction/calibration-rates.md).
-fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]) -> Interval {
+fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], f_every: &[f64], e: &[f64], pi: &[f64]) -> Interval {
     let m = y.len();
     let p = f_mean_all.len();
     let d = p + 1;
@@ -587,7 +614,11 @@ fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]
             .map(|((row, y), e)| (y - row.iter().zip(lambda).map(|(a, b)| a * b).sum::<f64>()) * e)
             .collect();
         let mr = r.iter().sum::<f64>() / m as f64;
-        let vr = spread(&with_pseudo_labels(&r, lambda), mr) / (df + PSEUDO_LABELS);
+        let range = f_every.chunks_exact(p).fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), row| {
+            let g: f64 = row.iter().zip(lambda).map(|(a, b)| a * b).sum();
+            (lo.min(g), hi.max(g))
+        });
+        let vr = spread(&with_pseudo_labels(&r, lambda, range), mr) / (df + PSEUDO_LABELS);
         let left = finite_population(&r, mr, pi);
         let se = (left * (vr / m as f64 + vr * coef_var.max(0.0))).sqrt();
         let centre: f64 = f_mean_all.iter().zip(lambda).map(|(a, b)| a * b).sum();
@@ -595,14 +626,16 @@ fn ppi_many(y: &[f64], f: &[Vec<f64>], f_mean_all: &[f64], e: &[f64], pi: &[f64]
     };
     // Predictors that agree on nearly every label (an accurate judge and the posterior:
     // 48 of 50 labels of TriviaQA V2 in one replay draw) leave X'X near singular: lambda
-    // was (41.7, -40.8), the estimate 3.65 and its interval all of [0, 1], which says
-    // nothing. lambda = 0 (the labels' own mean) is among PPI++'s choices and always says
-    // something, so it stands in there. Taking it wherever the fitted interval was the
-    // wider of the two (a choice on the same labels) moved 49 cells of the replays, the
-    // jury's interval up to 10% narrower at 50 labels and its coverage down by up to 2
-    // points (TruthfulQA-8 at 50 planned labels 91.5% to 90.0%).
+    // was (41.7, -40.8) and the estimate 3.65, its interval [1.91, 5.39] (all of [0, 1]
+    // while the pseudo-labels' corners sat at 41.7 and -40.8): no rate in [0, 1], or every
+    // one, which says nothing. lambda = 0 (the labels' own mean) is among PPI++'s choices
+    // and always says something, so it stands in there. Taking it wherever the fitted
+    // interval was the wider of the two (a choice on the same labels) moved 49 cells of
+    // the replays, the jury's interval up to 10% narrower at 50 labels and its coverage
+    // down by up to 2 points (TruthfulQA-8 at 50 planned labels 91.5% to 90.0%).
     let fitted = at(&beta[..p], (m as f64 - d as f64).max(1.0), coef_var);
-    if fitted.low <= 0.0 && fitted.high >= 1.0 { at(&vec![0.0; p], (m as f64 - 1.0).max(1.0), 0.0) } else { fitted }
+    let says_nothing = fitted.low > fitted.high || (fitted.low <= 0.0 && fitted.high >= 1.0);
+    if says_nothing { at(&vec![0.0; p], (m as f64 - 1.0).max(1.0), 0.0) } else { fitted }
 }
 
 #[cfg(test)]
@@ -688,7 +721,7 @@ mod tests {
         let score = ppi_interval(
             0.0,
             0.02,
-            &with_pseudo_labels(&y, &[0.0]),
+            &with_pseudo_labels(&y, &[0.0], (0.0, 0.0)),
             (100.0 + PSEUDO_LABELS) / (99.0 + PSEUDO_LABELS) / 100.0,
             98.0,
         );
@@ -786,7 +819,8 @@ mod tests {
         let noise: Vec<f64> = (0..12).map(|i| (i * 7 % 5) as f64 / 4.0).collect();
         let one = ppi(&y, &good, 0.5, &[1.0; 12], &[0.0; 12], 10_000);
         let f: Vec<Vec<f64>> = good.iter().zip(&noise).map(|(&a, &b)| vec![a, b]).collect();
-        let two = ppi_many(&y, &f, &[0.5, 0.5], &[1.0; 12], &[0.0; 12]);
+        let every: Vec<f64> = f.iter().flatten().copied().collect();
+        let two = ppi_many(&y, &f, &[0.5, 0.5], &every, &[1.0; 12], &[0.0; 12]);
         assert!(two.width() <= one.width() * 1.25, "{two:?} vs {one:?}");
         assert!(two.low <= two.estimate && two.estimate <= two.high);
     }
@@ -834,8 +868,8 @@ mod tests {
 
     /// Two predictors that agree on all but two of 50 labels (TriviaQA V2's posterior and
     /// picked judge in one replay draw): least squares put lambda at (41.7, -40.8) and the
-    /// estimate at 3.65 with an interval of [0, 1], which says nothing; the labels' own mean
-    /// stands in.
+    /// estimate at 3.65 with an interval of [1.91, 5.39], which holds no rate; the labels'
+    /// own mean stands in.
     #[test]
     fn ppi_with_predictors_that_agree_on_the_labels_falls_back_to_the_labels() {
         let mut f = vec![];
@@ -853,9 +887,35 @@ mod tests {
             y.push(0.0);
         }
         let pi = [50.0 / 3000.0; 50];
-        let i = ppi_many(&y, &f, &[0.710401239504643, 0.637100249999974], &[1.0; 50], &pi);
+        let every: Vec<f64> = f.iter().flatten().copied().collect();
+        let i = ppi_many(&y, &f, &[0.710401239504643, 0.637100249999974], &every, &[1.0; 50], &pi);
         assert!((i.estimate - 0.68).abs() < 1e-9, "{i:?}");
         assert!(i.width() < 0.3, "{i:?}");
+    }
+
+    /// Two predictors that move together, weighed (-1.14, 1.69) by 10 labels of 20: the
+    /// pseudo-labels' corners at the examples' least and greatest combined prediction
+    /// (-0.19 and 0.52), not at -1.14 and 1.69. Golden bounds from an independent NumPy
+    /// implementation (least squares with the same whisper of ridge, the corners moved
+    /// into the range, the same Cornish-Fisher quantile); unmoved corners gave
+    /// [0.024, 0.932].
+    #[test]
+    fn the_pseudo_labels_make_predictions_some_example_makes() {
+        let a = [
+            0.25, 0.34, 0.68, 0.55, 0.26, 0.46, 0.49, 0.3, 0.64, 0.27, 0.43, 0.51, 0.46, 0.55, 0.64, 0.77, 0.37, 0.59,
+            0.62, 0.38,
+        ];
+        let b = [
+            0.25, 0.46, 0.72, 0.51, 0.25, 0.5, 0.64, 0.28, 0.62, 0.35, 0.36, 0.49, 0.53, 0.6, 0.65, 0.82, 0.14, 0.67,
+            0.54, 0.25,
+        ];
+        let y = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0];
+        let f: Vec<Vec<f64>> = (0..10).map(|i| vec![a[i], b[i]]).collect();
+        let every: Vec<f64> = a.iter().zip(&b).flat_map(|(&x, &z)| [x, z]).collect();
+        let mean = [a.iter().sum::<f64>() / 20.0, b.iter().sum::<f64>() / 20.0];
+        let i = ppi_many(&y, &f, &mean, &every, &[1.0; 10], &[0.5; 10]);
+        assert!((i.estimate - 0.478106).abs() < 1e-5, "{i:?}");
+        assert!((i.low - 0.121004).abs() < 1e-5 && (i.high - 0.835208).abs() < 1e-5, "{i:?}");
     }
 
     /// Every label right: without the pseudo-labels the residuals would have no variance.
@@ -863,7 +923,8 @@ mod tests {
     fn the_pseudo_labels_keep_an_interval_open_when_no_residual_is_seen() {
         let y: Vec<f64> = (0..50).map(|i| f64::from(u8::from(i % 3 != 0))).collect();
         let f: Vec<Vec<f64>> = y.iter().map(|&v| vec![v, v]).collect();
-        let many = ppi_many(&y, &f, &[0.6, 0.6], &[1.0; 50], &[0.0; 50]);
+        let every: Vec<f64> = f.iter().flatten().copied().collect();
+        let many = ppi_many(&y, &f, &[0.6, 0.6], &every, &[1.0; 50], &[0.0; 50]);
         let one = ppi(&y, &y, 0.6, &[1.0; 50], &[0.0; 50], 100_000);
         for i in [many, one] {
             assert!(i.width() > 0.05 && i.width() < 0.2, "{i:?}");
@@ -964,7 +1025,7 @@ mod tests {
             let Ok(sample) = Sample::new(n, index, label, None) else { continue };
             let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
             let judge = picked_judge(&d, &sample);
-            let (held, _) = cross_fitted_judge(&d, &sample, &y, t);
+            let held = cross_fitted_judge(&d, &sample, &y, t).held;
             for (r, &i) in sample.index().iter().enumerate() {
                 in_sample += f64::from(u8::from((d.get(i, judge) > 0.0) != (y[r] > 0.5)));
                 crossed += f64::from(u8::from((held[r] > 0.5) != (y[r] > 0.5)));
