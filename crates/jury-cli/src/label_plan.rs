@@ -41,10 +41,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let text = jury_io::label_plan_csv(&rows);
     write_atomic(&args.out, text.as_bytes())?;
     println!(
-        "wrote {} examples of {} to label to {} (add a label column and label every row, then jury aggregate \
-         --calibration)",
+        "wrote {} examples of {} to label to {} (add a label column and label every row, then pass it to \
+         jury aggregate --calibration {}, or to a run as `calibration: {{labels: {}}}`)",
         plan.len(),
         judgments.n_examples(),
+        args.out.display(),
+        args.out.display(),
         args.out.display()
     );
     Ok(())

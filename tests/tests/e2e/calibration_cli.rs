@@ -75,7 +75,9 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
         s(&plan),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("label every row"), "the plan says to label all of it");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("label every row"), "the plan says to label all of it: {said}");
+    assert!(said.contains("calibration: {labels: "), "and how a run takes it: {said}");
     let text = fs::read_to_string(&plan).unwrap();
     assert_eq!(text.lines().next(), Some("example_id,inclusion_probability,plan_size"));
     assert_eq!(text.lines().count(), 121);
