@@ -87,8 +87,7 @@ impl Table {
     }
 
     fn column_names(&self) -> String {
-        let names: Vec<String> = self.columns.names.iter().map(|n| format!("`{n}`")).collect();
-        names.join(", ")
+        found_columns(&self.columns.names)
     }
 
     fn column(&self, name: &str) -> Result<&[Value], IoError> {
@@ -286,9 +285,23 @@ enum CsvProbs {
     Lists(usize),
 }
 
+/// The columns a file was found to have, for an error naming a missing one. A single
+/// column holding `;` or a tab is a whole header read as one name (a spreadsheet saved
+/// where the list separator is `;`), and the message says so.
+fn found_columns(names: &[String]) -> String {
+    let list = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    match names {
+        [one] if one.contains(';') || one.contains('\t') => {
+            let separator = if one.contains(';') { "`;`" } else { "tabs" };
+            format!("{list}; jury reads comma-separated files, and this one looks separated by {separator}")
+        }
+        _ => list,
+    }
+}
+
 impl CsvLayout {
     fn of(path: &Path, names: &[String]) -> Result<Self, IoError> {
-        let found = || names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        let found = || found_columns(names);
         let find = |name: &str| names.iter().position(|n| n == name);
         let require = |name: &str| {
             find(name).ok_or_else(|| IoError::MissingColumn {
@@ -786,6 +799,10 @@ mod tests {
         assert!(e.ends_with("h.csv: has no rows"), "{e}");
         let e = read("m.csv", "example_id,p\nx,0.5\n").unwrap_err();
         assert!(e.contains("missing column `judge` (columns found: `example_id`, `p`)"), "{e}");
+        let e = read("s.csv", "example_id;judge;p\nx;a;0,5\n").unwrap_err();
+        assert!(e.ends_with("(columns found: `example_id;judge;p`; jury reads comma-separated files, and this one looks separated by `;`)"), "{e}");
+        let e = read("t.csv", "example_id\tjudge\tp\nx\ta\t0.5\n").unwrap_err();
+        assert!(e.ends_with("looks separated by tabs)"), "{e}");
         let e = read("l.csv", "example_id,judge,probs\nx,a,\ny,a,[0.5\n").unwrap_err();
         assert!(e.ends_with("l.csv line 3: column `probs`: `[0.5` is not a JSON array of numbers"), "{e}");
         let e = read("e.csv", "example_id,judge,p\nx, ,0.5\n").unwrap_err();
