@@ -40,7 +40,8 @@ pub use sample::Sample;
 /// Below this many calibration labels the replays of docs/reproduction/calibration.md
 /// ("Fewer than 50 labels") found the calibrated method below the label-free method on
 /// most juries (at 10 labels on 8 of 12); from it on, within 1.7 points of it on every
-/// jury and above it on half.
+/// jury and above it on half. The jury's PPI interval was wider than labels-only's on
+/// most juries under 20 labels and on none at 30 (docs/reproduction/calibration-rates.md).
 pub const FEW_LABELS: usize = 30;
 
 /// What a calibration could not do with its input.

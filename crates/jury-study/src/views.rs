@@ -263,7 +263,9 @@ impl<'a> Study<'a> {
                         s,
                         "note: fewer than {} calibration labels; with so few the calibrated method was replayed \
                          below the label-free method on most juries (docs/reproduction/calibration.md, \
-                         \"Fewer than 50 labels\")",
+                         \"Fewer than 50 labels\"), and under 20 the jury's PPI interval wider than labels-only's \
+                         (docs/reproduction/calibration-rates.md, \"The jury's PPI pseudo-labels inside the \
+                         examples' range\")",
                         jury_calibrate::FEW_LABELS
                     );
                 }

@@ -166,6 +166,7 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     ]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains("note: fewer than 30 calibration labels"), "{said}");
+    assert!(said.contains("under 20 the jury's PPI interval wider than labels-only's"), "{said}");
 }
 
 /// The judges' mean probability of class 1 of each example of `dir`'s judgments.csv.
