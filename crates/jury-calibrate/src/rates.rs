@@ -429,7 +429,8 @@ fn with_pseudo_labels(residuals: &[f64], lambda: &[f64], range: (f64, f64)) -> V
     let corners = (0..cells).map(|c| {
         let y = (c & 1) as f64;
         let fitted: f64 = lambda.iter().enumerate().filter(|(a, _)| (c >> (a + 1)) & 1 == 1).map(|(_, l)| l).sum();
-        (y - fitted.clamp(range.0, range.1), w)
+        // max then min, not clamp: a range left empty by NaN predictions must not panic.
+        (y - fitted.max(range.0).min(range.1), w)
     });
     residuals.iter().map(|&r| (r, 1.0)).chain(corners).collect()
 }
