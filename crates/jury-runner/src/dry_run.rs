@@ -50,6 +50,24 @@ pub struct JudgePlan {
     pub rate: Option<(f64, RateSource)>,
 }
 
+/// The run's `calibration: {labels: FILE}`, as the dry run read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibrationPlan {
+    pub path: PathBuf,
+    /// `None` when the data set is not on this machine to read them against.
+    pub read: Option<CalibrationRead>,
+}
+
+/// Calibration labels read against the run's examples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CalibrationRead {
+    pub labels: usize,
+    /// Labels of class 1.
+    pub positive: usize,
+    /// Whether they carry a label plan's inclusion probabilities.
+    pub planned: bool,
+}
+
 /// What `jury run --dry-run` reports.
 #[derive(Debug, Clone)]
 pub struct DryRun {
@@ -61,6 +79,7 @@ pub struct DryRun {
     pub judges: Vec<JudgePlan>,
     /// What the run needs on this machine and does not find.
     pub absent: Vec<String>,
+    pub calibration: Option<CalibrationPlan>,
     /// Seconds, least and most, when every judge has a rate: server judges work at the
     /// same time, in-process judges one after another.
     pub wall_seconds: Option<(f64, f64)>,
@@ -100,7 +119,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: b
         .map(|j| j.prompt.as_deref().map_or_else(|| Ok(template.clone()), Template::load))
         .collect::<Result<_, _>>()?;
     // Nothing is downloaded: a data set not on this machine is listed with the models.
-    let (examples, judged) = match jury_datasets::resolve_local(&exp.dataset.path)? {
+    let (examples, judged, calibration_read) = match jury_datasets::resolve_local(&exp.dataset.path)? {
         None => {
             absent.push(format!(
                 "{}: dataset: {} is not on this machine{}",
@@ -112,14 +131,20 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: b
                     ""
                 }
             ));
-            (0, Vec::new())
+            (0, Vec::new(), None)
         }
         Some(_) => {
             let ex = sample_examples(&exp.dataset)?;
-            crate::stages::check_calibration(&exp, &ex.original)?;
-            (ex.original.len(), ex.judged.to_vec())
+            let read = crate::stages::check_calibration(&exp, &ex.original)?.map(|c| CalibrationRead {
+                labels: c.labels.len(),
+                positive: c.labels.iter().filter(|&&l| l == 1).count(),
+                planned: c.inclusion.is_some(),
+            });
+            (ex.original.len(), ex.judged.to_vec(), read)
         }
     };
+    let calibration =
+        exp.calibration.as_ref().map(|c| CalibrationPlan { path: c.labels.clone(), read: calibration_read });
     if let Some(first) = judged.first() {
         for (j, t) in exp.judges.iter().zip(&templates) {
             t.check_fields(&first.fields).map_err(|reason| RunError::Setup { judge: j.name.clone(), reason })?;
@@ -174,6 +199,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: b
         judged: judged.len(),
         judges,
         absent,
+        calibration,
         wall_seconds,
     })
 }
@@ -253,6 +279,22 @@ impl fmt::Display for DryRun {
             writeln!(f, "data set {}: {} examples, {} judged (both orders)", self.dataset, self.examples, self.judged)?;
         } else {
             writeln!(f, "data set {}: {} examples", self.dataset, self.examples)?;
+        }
+        match &self.calibration {
+            Some(CalibrationPlan { path, read: Some(r) }) => writeln!(
+                f,
+                "calibration labels: {} of the {} examples ({} of class 1{}) from {}: the calibrated method is \
+                 fitted on them and recommended, and accuracies are scored outside them",
+                r.labels,
+                self.examples,
+                r.positive,
+                if r.planned { "; a label plan's, with inclusion probabilities" } else { "" },
+                path.display()
+            )?,
+            Some(CalibrationPlan { path, read: None }) => {
+                writeln!(f, "calibration labels: {} (not read: the data set is not on this machine)", path.display())?
+            }
+            None => {}
         }
         let (least, most) = self.calls();
         let range = |(a, b): (usize, usize)| if a == b { a.to_string() } else { format!("{a} to {b}") };

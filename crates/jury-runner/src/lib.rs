@@ -17,7 +17,7 @@ mod stages;
 mod vllm_lines;
 
 pub use adaptive::{AdaptiveRecord, Decision};
-pub use dry_run::{DryRun, JudgePlan, RateSource, TokenStats, dry_run};
+pub use dry_run::{CalibrationPlan, CalibrationRead, DryRun, JudgePlan, RateSource, TokenStats, dry_run};
 pub use experiment::{Adaptive, DatasetConfig, Experiment, ExperimentError, JudgeEntry, Runtime, ServerEntry};
 pub use judging::{
     Failure, JudgeResults, JudgeSpec, JudgeSummary, Juror, JurorInfo, JurorOutcome, RunError, any_judgment_key,

@@ -38,12 +38,13 @@ pub fn sample_examples(cfg: &DatasetConfig) -> Result<Examples, RunError> {
 /// Reads the run's calibration labels against its examples (ids among them, binary
 /// labels, both classes), so that a bad line stops the run before any model loads, not
 /// after the judging; aggregation reads them again against the judgments.
-pub(crate) fn check_calibration<A>(exp: &Experiment<A>, examples: &[Example]) -> Result<(), RunError> {
-    if let Some(c) = &exp.calibration {
-        let ids: Vec<String> = examples.iter().map(|e| e.id.clone()).collect();
-        jury_io::read_calibration_among(&c.labels, &ids, 2)?;
-    }
-    Ok(())
+pub(crate) fn check_calibration<A>(
+    exp: &Experiment<A>,
+    examples: &[Example],
+) -> Result<Option<jury_io::CalibrationLabels>, RunError> {
+    let Some(c) = &exp.calibration else { return Ok(None) };
+    let ids: Vec<String> = examples.iter().map(|e| e.id.clone()).collect();
+    Ok(Some(jury_io::read_calibration_among(&c.labels, &ids, 2)?))
 }
 
 fn sample(mut examples: Vec<Example>, limit: Option<usize>, seed: u64) -> Vec<Example> {

@@ -787,6 +787,12 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     assert_eq!(m["calibration"]["n_scoring_dropped"], 6);
     assert_eq!(m["n_labeled"], 10);
     assert_eq!(judge_manifest(dir.path())["from_cache"], 16);
+    let dry = jury(&["run", "--dry-run", cfg.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.status.success() && said.contains("calibration labels: 6 of the 16 examples (3 of class 1) from"),
+        "{said}"
+    );
     fs::write(&cfg, format!("{yaml}calibration: {{labels: {}}}\n", dir.path().join("nowhere.csv").display())).unwrap();
     let out = jury(&["run", cfg.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
