@@ -59,11 +59,13 @@ pub struct CalibrationPlan {
 }
 
 /// Calibration labels read against the run's examples.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CalibrationRead {
     pub labels: usize,
     /// Labels of class 1.
     pub positive: usize,
+    /// The run's prompt's word for class 1 (`positive:`, e.g. "Yes", or "A" on a pairwise prompt).
+    pub positive_word: String,
     /// Whether they carry a label plan's inclusion probabilities.
     pub planned: bool,
 }
@@ -138,6 +140,7 @@ pub fn dry_run<A: serde::de::DeserializeOwned + Default>(config: &Path, force: b
             let read = crate::stages::check_calibration(&exp, &ex.original)?.map(|c| CalibrationRead {
                 labels: c.labels.len(),
                 positive: c.labels.iter().filter(|&&l| l == 1).count(),
+                positive_word: template.positive.clone(),
                 planned: c.inclusion.is_some(),
             });
             (ex.original.len(), ex.judged.to_vec(), read)
@@ -283,11 +286,12 @@ impl fmt::Display for DryRun {
         match &self.calibration {
             Some(CalibrationPlan { path, read: Some(r) }) => writeln!(
                 f,
-                "calibration labels: {} of the {} examples ({} of class 1{}) from {}: the calibrated method is \
-                 fitted on them and recommended, and accuracies are scored outside them",
+                "calibration labels: {} of the {} examples ({} of class 1, the prompt's `{}`{}) from {}: the \
+                 calibrated method is fitted on them and recommended, and accuracies are scored outside them",
                 r.labels,
                 self.examples,
                 r.positive,
+                r.positive_word,
                 if r.planned { "; a label plan's, with inclusion probabilities" } else { "" },
                 path.display()
             )?,

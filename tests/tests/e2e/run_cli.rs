@@ -790,7 +790,8 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     let dry = jury(&["run", "--dry-run", cfg.to_str().unwrap()]);
     let said = String::from_utf8_lossy(&dry.stdout);
     assert!(
-        dry.status.success() && said.contains("calibration labels: 6 of the 16 examples (3 of class 1) from"),
+        dry.status.success()
+            && said.contains("calibration labels: 6 of the 16 examples (3 of class 1, the prompt's `Yes`) from"),
         "{said}"
     );
     fs::write(&cfg, format!("{yaml}calibration: {{labels: {}}}\n", dir.path().join("nowhere.csv").display())).unwrap();
