@@ -91,6 +91,7 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     // Examples and jurors, checked before any model loads or file is written.
     let prepared = jury_runner::prepare(&exp)?;
     let labeled = prepared.examples().original.iter().filter(|e| e.label.is_some()).count();
+    let positive_word = prepared.positive_word().to_owned();
     settings.check_labeled(labeled).map_err(in_aggregate)?;
 
     // Judging: the output folder is taken first, then every judge's verdicts.
@@ -109,13 +110,16 @@ pub(crate) fn run((exp, mut settings): (Experiment, Settings)) -> Result<()> {
     }
     let calibration = exp.calibration.as_ref().map(|c| c.labels.as_path());
     let (labels, calibration) = aggregate::with_calibration(&run.judgments, Some(run.labels.clone()), calibration)?;
-    let study = jury_study::run_calibrated(
+    let mut study = jury_study::run_calibrated(
         &run.judgments,
         labels.as_ref(),
         calibration.as_ref().map(|(c, dropped)| (c, *dropped)),
         &settings,
         &aggregate::print_note,
     )?;
+    if let Some(c) = study.calibration.as_mut() {
+        c.positive_word = Some(positive_word);
+    }
     let (metrics, predictions) = aggregate::write(&study, out.staging_dir(), out.dir())?;
     println!("mean captured mass P(positive)+P(negative): {:?}", run.mean_captured_mass());
     let exact = run.exact_shares();

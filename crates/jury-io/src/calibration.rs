@@ -130,6 +130,11 @@ pub struct CalibrationMetrics {
     /// The positive-class rate (the win rate of a pairwise set) four ways:
     /// `labels-only`, `rogan-gladen`, `ppi-best-judge`, `ppi-jury`.
     pub rates: Named<RateInterval>,
+    /// The run's prompt's word for class 1 (its `positive:`, e.g. `Yes`, or `A` on a
+    /// pairwise prompt): what `rates` is the share of. Absent from `jury aggregate`, which
+    /// does not know the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub positive_word: Option<String>,
     /// Rogan-Gladen's judge (picked out of fold) on the calibration labels: the correction
     /// divides by `sensitivity + specificity - 1`. Absent in files written before it.
     #[serde(default)]

@@ -453,6 +453,7 @@ mod tests {
                     plausible: false,
                 }),
                 rates: named(vec![("ppi-jury", crate::RateInterval { estimate: 0.4, low: 0.3, high: 0.5 })]),
+                positive_word: Some("A".into()),
                 rogan_gladen_judge: Some(crate::JudgeClassRates { sensitivity: 0.8, specificity: 0.6 }),
                 accuracy: named(vec![("calibrated", crate::RateInterval { estimate: 0.8, low: 0.7, high: 0.9 })]),
             }),

@@ -51,6 +51,8 @@ pub(crate) struct Page {
     /// interval; and their chart.
     pub(crate) rates: Vec<(String, String, String)>,
     pub(crate) rates_svg: Option<String>,
+    /// The run's prompt's word for class 1, which the rates are the share of.
+    pub(crate) positive_word: Option<String>,
     /// The accuracy read off the calibration labels out of fold: method, accuracy, 95%
     /// interval.
     pub(crate) verdict_accuracy: Vec<(String, String, String)>,
@@ -385,6 +387,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
         calibration,
         rates,
         rates_svg,
+        positive_word: metrics.calibration.as_ref().and_then(|c| c.positive_word.clone()),
         verdict_accuracy,
         confusion,
         slopes,

@@ -169,6 +169,11 @@ impl<A> Prepared<'_, A> {
         &self.examples
     }
 
+    /// The run's prompt's word for class 1 (its `positive:`).
+    pub fn positive_word(&self) -> &str {
+        &self.template.positive
+    }
+
     /// Runs every juror over the examples, all at once (server judges each on their
     /// own, in-process ones one after another), or adaptively when the experiment says
     /// so, on an async runtime of its own, and collects the verdicts. The output directory is taken (locked, checked) first,

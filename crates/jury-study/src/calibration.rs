@@ -134,6 +134,7 @@ pub(crate) fn calibrate(
                 .map(|(e, i)| (e.name().to_owned(), RateInterval { estimate: i.estimate, low: i.low, high: i.high }))
                 .collect(),
         ),
+        positive_word: None,
         rogan_gladen_judge: Some(JudgeClassRates {
             sensitivity: rates.rogan_gladen_judge.sensitivity,
             specificity: rates.rogan_gladen_judge.specificity,

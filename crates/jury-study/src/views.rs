@@ -236,9 +236,11 @@ impl<'a> Study<'a> {
                         format!("{e} {:.3} [{:.3}, {:.3}]{judge}", r.estimate, r.low, r.high)
                     })
                     .collect();
+                let class =
+                    c.positive_word.as_ref().map(|w| format!(" (class 1, the prompt's `{w}`)")).unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "positive rate of the {} examples judged, 95% intervals: {}",
+                    "positive rate{class} of the {} examples judged, 95% intervals: {}",
                     self.judgments.n_examples(),
                     rates.join("; ")
                 );

@@ -785,6 +785,12 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     assert_eq!(m["recommended_method"], "calibrated");
     assert_eq!(m["calibration"]["n_calibration"], 6);
     assert_eq!(m["calibration"]["n_scoring_dropped"], 6);
+    // The rates are the share of the prompt's class 1, named where the run shows them.
+    assert_eq!(m["calibration"]["positive_word"], "Yes");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("positive rate (class 1, the prompt's `Yes`) of the 16 examples judged"), "{said}");
+    let page = fs::read_to_string(dir.path().join("out/report.html")).unwrap();
+    assert!(page.contains("Positive rate (class 1, the prompt's <code>Yes</code>) corrected"), "the report names it");
     assert_eq!(m["n_labeled"], 10);
     assert_eq!(judge_manifest(dir.path())["from_cache"], 16);
     let dry = jury(&["run", "--dry-run", cfg.to_str().unwrap()]);
