@@ -1,11 +1,12 @@
 //! `jury label-plan`: which examples to label for calibration. The plan is
 //! jury-study's (the label-free recommended method's uncertainty, jury-calibrate's
-//! draw); this module reads the judgments and writes the plan.
+//! draw), the planned examples' text jury-runner's (read from a run's data set); this
+//! module reads the judgments and writes the plan.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use jury_io::{read_judgments, write_atomic};
+use jury_io::{PlanRow, read_judgments, write_atomic};
 use jury_study::{AggregateOptions, Settings};
 
 #[derive(clap::Args)]
@@ -20,8 +21,9 @@ pub(crate) struct Args {
     /// the same examples.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The plan to write: example_id, inclusion_probability and plan_size; add a `label`
-    /// column and pass it to `jury aggregate --calibration`.
+    /// The plan to write: example_id, inclusion_probability and plan_size, then, where the
+    /// judgments are a run's (`jury run`'s folder), the fields its judges read from the
+    /// data set; add a `label` column and pass it to `jury aggregate --calibration`.
     #[arg(long)]
     out: PathBuf,
     /// Replace an existing plan file.
@@ -37,17 +39,87 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let settings = Settings::new(&AggregateOptions { seed: args.seed, ..Default::default() })?;
     let plan = jury_study::label_plan(&judgments, &settings, args.budget, args.seed)
         .with_context(|| format!("planning {} labels for {}", args.budget, args.judgments.display()))?;
-    let rows: Vec<(&str, f64)> = plan.iter().map(|(id, p)| (id.as_str(), *p)).collect();
-    let text = jury_io::label_plan_csv(&rows);
-    write_atomic(&args.out, text.as_bytes())?;
+    let ids: Vec<String> = plan.iter().map(|(id, _)| id.clone()).collect();
+    let text = run_text(&args.judgments, &ids);
+    let rows: Vec<PlanRow<'_>> = plan
+        .iter()
+        .zip(&text.rows)
+        .map(|((id, p), t)| PlanRow {
+            example_id: id,
+            inclusion_probability: *p,
+            text: t.iter().map(String::as_str).collect(),
+        })
+        .collect();
+    let columns: Vec<&str> = text.columns.iter().map(String::as_str).collect();
+    write_atomic(&args.out, jury_io::label_plan_csv(&columns, &rows).as_bytes())?;
+    for note in &text.notes {
+        eprintln!("note: {note}");
+    }
     println!(
-        "wrote {} examples of {} to label to {} (add a label column and label every row, then pass it to \
+        "wrote {} examples of {} to label to {}{} (add a label column{}, label every row, then pass it to \
          jury aggregate --calibration {}, or to a run as `calibration: {{labels: {}}}`)",
         plan.len(),
         judgments.n_examples(),
         args.out.display(),
+        text.said,
+        text.words,
         args.out.display(),
         args.out.display()
     );
     Ok(())
+}
+
+/// The planned examples' text for the plan's columns, and what to say of it.
+#[derive(Default)]
+struct Text {
+    columns: Vec<String>,
+    /// One row per planned example, empty cells where it has none.
+    rows: Vec<Vec<String>>,
+    /// Where the text came from, for the closing line (empty: no text).
+    said: String,
+    /// What each label means, in the run's prompt's words (empty: not known).
+    words: String,
+    notes: Vec<String>,
+}
+
+/// The text of a run's planned examples where `judgments` sits in a run's folder; none
+/// otherwise, and a note where a run's text could not be read (the plan is written all
+/// the same: the ids are what the labels key on).
+#[cfg(feature = "judges")]
+fn run_text(judgments: &Path, ids: &[String]) -> Text {
+    let dir = judgments.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let blank = Text { rows: vec![vec![]; ids.len()], ..Text::default() };
+    match jury_runner::plan_text(dir, ids) {
+        Ok(None) => blank,
+        Err(e) => Text { notes: vec![format!("the plan holds the example ids only, not their text: {e}")], ..blank },
+        Ok(Some(t)) => {
+            let missing = t.rows.iter().filter(|r| r.is_none()).count();
+            let mut notes = Vec::new();
+            if missing > 0 {
+                notes.push(format!(
+                    "{missing} of the {} planned examples are not among the examples of the run's data set {} \
+                     (the judgments are not all this run's): their text is empty",
+                    ids.len(),
+                    t.dataset.display()
+                ));
+            }
+            Text {
+                said: format!(
+                    ", each with the fields its judges read ({}) from {}",
+                    t.columns.join(", "),
+                    t.dataset.display()
+                ),
+                words: format!(", 1 for `{}` and 0 for `{}`", t.positive, t.negative),
+                rows: t.rows.into_iter().map(Option::unwrap_or_default).collect(),
+                columns: t.columns,
+                notes,
+            }
+        }
+    }
+}
+
+/// Without judges there are no runs: the plan holds the ids.
+#[cfg(not(feature = "judges"))]
+fn run_text(_: &Path, ids: &[String]) -> Text {
+    Text { rows: vec![vec![]; ids.len()], ..Text::default() }
 }

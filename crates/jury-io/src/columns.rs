@@ -43,6 +43,10 @@ pub(crate) struct Columns {
     pub(crate) names: Vec<String>,
     pub(crate) cells: Vec<Vec<Value>>,
     pub(crate) height: usize,
+    /// The line each row starts on, where the source has lines that rows may span or
+    /// skip (CSV: a quoted field holds line breaks; CSV and JSON Lines: a blank line is
+    /// no row); empty otherwise, and rows are then located by their number alone.
+    pub(crate) lines: Vec<usize>,
     index: HashMap<String, usize>,
 }
 
@@ -98,6 +102,7 @@ pub(crate) fn json_lines(text: &str) -> Result<Columns, (usize, String)> {
             let reason = if e.is_syntax() || e.is_eof() { format!("not a JSON value: {e}") } else { e.to_string() };
             (i + 1, reason)
         })?;
+        cols.lines.push(i + 1);
     }
     Ok(cols)
 }
@@ -265,6 +270,8 @@ mod tests {
         let c = json_lines("{\"a\": 1, \"b\": \"x\"}\n\n{\"b\": null, \"c\": [1, 2.5]}\n{\"a\": true}\n").unwrap();
         assert_eq!(c.names, ["a", "b", "c"]);
         assert_eq!(c.height, 3);
+        // The blank line is no row: the second row is on line 3.
+        assert_eq!(c.lines, [1, 3, 4]);
         assert_eq!(c.cells[0], [Value::Int(1), Value::Null, Value::Bool(true)]);
         assert_eq!(c.cells[1], [Value::Text("x".into()), Value::Null, Value::Null]);
         assert_eq!(c.cells[2], [Value::Null, Value::List(vec![Value::Int(1), Value::Float(2.5)]), Value::Null]);

@@ -175,6 +175,7 @@ pub(crate) fn frame(text: &str) -> Result<Columns, Malformed> {
                 cells.push(r.get(c).map_or(Value::Null, |v| Value::Text(v.to_owned())));
             }
             cols.end_row();
+            cols.lines.push(r.line);
             Ok(())
         },
     )?;
@@ -200,5 +201,8 @@ mod tests {
         let text = |s: &str| Value::Text(s.into());
         assert_eq!(cols.cells[0], [text("1"), Value::Null]);
         assert_eq!(cols.cells[1], [text("say \"hi\""), text("x,\ny")]);
+        // Each row's own first line, past a field's line break and a blank line.
+        assert_eq!(cols.lines, [2, 3]);
+        assert_eq!(frame("a,b\n\"x\ny\",1\n\n2,3\n").unwrap().lines, [2, 5]);
     }
 }

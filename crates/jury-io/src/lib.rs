@@ -44,7 +44,7 @@ pub use predictions::{
 };
 pub use records::{AdaptivePoint, AdaptiveStudy, Named};
 pub use run_tables::{
-    AdaptiveDecisionRow, INCLUSION_COLUMN, PromptRow, RunJudgment, adaptive_decisions_csv, categories_csv,
+    AdaptiveDecisionRow, INCLUSION_COLUMN, PlanRow, PromptRow, RunJudgment, adaptive_decisions_csv, categories_csv,
     failures_csv, judgments_csv, judgments_csv_as_given, label_plan_csv, labels_csv, one_hot_judgments_csv,
     prompts_jsonl, run_judgments_csv, texts_csv,
 };

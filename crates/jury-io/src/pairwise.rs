@@ -69,7 +69,7 @@ pub fn read_comparisons(path: &Path) -> Result<Vec<Comparison>, IoError> {
                     "a second vote by `{}` on comparison `{}` (first at {})",
                     row.evaluator,
                     row.comparison_id,
-                    t.format.locate(first)
+                    t.locate(first)
                 ),
             ));
         }
@@ -137,7 +137,7 @@ pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
                     "a second response by `{}` to prompt `{}` (first at {})",
                     model_names[mi],
                     prompt_names[di],
-                    t.format.locate(first_row[mi][di])
+                    t.locate(first_row[mi][di])
                 ),
             ));
         }
@@ -156,7 +156,7 @@ pub fn read_responses(path: &Path) -> Result<ResponseTable, IoError> {
                         return Err(t.field_err(
                             i,
                             "prompt",
-                            format!("prompt `{}` has another text at {}", prompt_names[di], t.format.locate(*first)),
+                            format!("prompt `{}` has another text at {}", prompt_names[di], t.locate(*first)),
                         ));
                     }
                     Some(_) => {}

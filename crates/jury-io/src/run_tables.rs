@@ -202,12 +202,33 @@ pub fn prompts_jsonl<'a>(rows: impl IntoIterator<Item = PromptRow<'a>>) -> Strin
     lines
 }
 
+/// One row of a label plan: the example, its probability of being in the plan, and
+/// what whoever labels it reads (the example's fields, in the order of
+/// [`label_plan_csv`]'s text columns; none when the plan has none).
+#[derive(Debug, Clone)]
+pub struct PlanRow<'a> {
+    pub example_id: &'a str,
+    pub inclusion_probability: f64,
+    pub text: Vec<&'a str>,
+}
+
 /// A label plan: example_id, inclusion_probability (nine decimals), plan_size (the
-/// number of rows).
-pub fn label_plan_csv(rows: &[(&str, f64)]) -> String {
-    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN},{PLAN_SIZE_COLUMN}\n");
-    for (id, p) in rows {
-        let _ = writeln!(table, "{},{p:.9},{}", csv_field(id), rows.len());
+/// number of rows), then `text_columns`, the examples' fields for whoever labels them
+/// (the calibration reader skips them). A field named as one of the plan's own columns
+/// or `label` is written `field_NAME`, so that it is never read as one.
+pub fn label_plan_csv(text_columns: &[&str], rows: &[PlanRow<'_>]) -> String {
+    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN},{PLAN_SIZE_COLUMN}");
+    for name in text_columns {
+        let taken = [EXAMPLE_ID, INCLUSION_COLUMN, PLAN_SIZE_COLUMN, LABEL].contains(name);
+        let _ = write!(table, ",{}", if taken { format!("field_{name}") } else { csv_field(name).into_owned() });
+    }
+    table.push('\n');
+    for r in rows {
+        let _ = write!(table, "{},{:.9},{}", csv_field(r.example_id), r.inclusion_probability, rows.len());
+        for i in 0..text_columns.len() {
+            let _ = write!(table, ",{}", csv_field(r.text.get(i).copied().unwrap_or_default()));
+        }
+        table.push('\n');
     }
     table
 }
@@ -297,8 +318,9 @@ mod tests {
             "example_id,asked,answered,stop,confidence\nq,a;b,2,settled,0.950000\n"
         );
         assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
+        let plan = |id, p| PlanRow { example_id: id, inclusion_probability: p, text: vec![] };
         assert_eq!(
-            label_plan_csv(&[("q", 0.5), ("r", 0.25)]),
+            label_plan_csv(&[], &[plan("q", 0.5), plan("r", 0.25)]),
             "example_id,inclusion_probability,plan_size\nq,0.500000000,2\nr,0.250000000,2\n"
         );
         let prompt = PromptRow { judge: "j", example_id: "q\"1", tokens: &[1, 20] };

@@ -82,6 +82,15 @@ impl Table {
         Ok(Self { path: path.to_owned(), format, columns })
     }
 
+    /// Where data row `i` (0-based) sits in the file: the line it starts on where the
+    /// format has lines (a CSV row may span several), else [`Format::locate`]'s.
+    pub(crate) fn locate(&self, i: usize) -> String {
+        match self.columns.lines.get(i) {
+            Some(line) => format!("line {line}"),
+            None => self.format.locate(i),
+        }
+    }
+
     pub(crate) fn has(&self, name: &str) -> bool {
         self.columns.names.iter().any(|n| n == name)
     }
@@ -104,7 +113,7 @@ impl Table {
     pub(crate) fn field_err(&self, row: usize, column: &str, reason: impl Into<String>) -> IoError {
         IoError::Field {
             path: self.path.clone(),
-            row: self.format.locate(row),
+            row: self.locate(row),
             column: column.to_owned(),
             reason: reason.into(),
         }
@@ -120,7 +129,7 @@ impl Table {
     }
 
     fn entry_err(&self, row: usize, source: CoreError) -> IoError {
-        IoError::Entry { path: self.path.clone(), row: self.format.locate(row), source }
+        IoError::Entry { path: self.path.clone(), row: self.locate(row), source }
     }
 
     /// A text column (numbers and booleans are accepted and printed as text); an empty
@@ -460,7 +469,7 @@ pub fn read_labels(path: &Path, judgments: &Judgments) -> Result<(Labels, usize)
             return Err(t.field_err(
                 i,
                 EXAMPLE_ID,
-                format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
+                format!("duplicate label for `{id}` (first at {})", t.locate(first)),
             ));
         }
         pairs.push((id.as_str(), label));
@@ -635,7 +644,7 @@ pub fn read_calibration_among(
             return Err(t.field_err(
                 i,
                 EXAMPLE_ID,
-                format!("duplicate label for `{id}` (first at {})", t.format.locate(first)),
+                format!("duplicate label for `{id}` (first at {})", t.locate(first)),
             ));
         }
         if let (Some(col), Some(out)) = (&inclusion, out.inclusion.as_mut()) {
@@ -897,6 +906,35 @@ mod tests {
         assert!(e.contains("p.csv") && e.contains("2 rows of a plan of 3: label every planned example"), "{e}");
         let e = error("m.csv", &format!("{head}x,0.5,3,0\nz,0.5,2,1\n"));
         assert!(e.contains("m.csv line 3: column `plan_size`: differs from the first row's 3"), "{e}");
+    }
+
+    /// A plan with the examples' text, labeled in a spreadsheet: the text columns are
+    /// skipped, a field named `label` is never read as the label, and an error names the
+    /// line its row starts on, past text that spans lines.
+    #[test]
+    fn a_plan_with_the_examples_text_reads_back_and_its_errors_name_the_row_s_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = ["x".to_owned(), "y".to_owned()];
+        let row = |id, text| crate::PlanRow { example_id: id, inclusion_probability: 0.5, text };
+        let plan = crate::label_plan_csv(
+            &["question", "label"],
+            &[row("x", vec!["Is it \"so\", or\nnot?", "old"]), row("y", vec!["=1+1", "new"])],
+        );
+        assert!(plan.starts_with("example_id,inclusion_probability,plan_size,question,field_label\n"), "{plan}");
+        let labeled = |x: &str| {
+            plan.replace("field_label\n", "field_label,label\n")
+                .replace("old\n", &format!("old,{x}\n"))
+                .replace("new\n", "new,1\n")
+        };
+        let read = read_calibration_among(&write(dir.path(), "ok.csv", &labeled("0")), &ids, 2).unwrap();
+        assert_eq!((read.index, read.labels, read.inclusion), (vec![0, 1], vec![0, 1], Some(vec![0.5, 0.5])));
+        // Row y starts on line 4: row x's question spans lines 2 and 3.
+        let bad = plan
+            .replace("field_label\n", "field_label,label\n")
+            .replace("old\n", "old,0\n")
+            .replace("new\n", "new,maybe\n");
+        let e = read_calibration_among(&write(dir.path(), "bad.csv", &bad), &ids, 2).unwrap_err().to_string();
+        assert!(e.contains("bad.csv line 4: column `label`: `maybe` is not a binary label"), "{e}");
     }
 
     /// Calibration labels against judgments of three classes: one message saying why,

@@ -66,23 +66,40 @@ impl Template {
     /// placeholder is an error naming it.
     pub fn render_user(&self, fields: &BTreeMap<String, String>) -> Result<String, String> {
         let mut out = String::with_capacity(self.user.len() + 256);
-        let mut rest = self.user.as_str();
-        while let Some(start) = rest.find('{') {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 1..];
-            let Some(end) = after.find('}') else {
-                out.push_str(&rest[start..]);
-                return Ok(out);
-            };
-            let name = &after[..end];
-            match fields.get(name) {
-                Some(v) => out.push_str(v),
-                None => return Err(format!("template placeholder {{{name}}} has no field in the example")),
+        for (text, name) in self.pieces() {
+            out.push_str(text);
+            match name.map(|n| (n, fields.get(n))) {
+                Some((_, Some(v))) => out.push_str(v),
+                Some((n, None)) => return Err(format!("template placeholder {{{n}}} has no field in the example")),
+                None => {}
             }
-            rest = &after[end + 1..];
         }
-        out.push_str(rest);
         Ok(out)
+    }
+
+    /// The user turn's placeholders in the order they first appear: the fields of an
+    /// example that a judge reads.
+    pub fn placeholders(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for name in self.pieces().filter_map(|(_, n)| n) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// The user turn split at its placeholders: each piece is literal text and the
+    /// `{name}` after it (none at the end; a `{` never closed is text).
+    fn pieces(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        let mut rest = Some(self.user.as_str());
+        std::iter::from_fn(move || {
+            let r = rest.take()?;
+            let Some((text, after)) = r.split_once('{') else { return Some((r, None)) };
+            let Some((name, next)) = after.split_once('}') else { return Some((r, None)) };
+            rest = Some(next);
+            Some((text, Some(name)))
+        })
     }
 }
 
@@ -99,6 +116,10 @@ mod tests {
         let mut f =
             BTreeMap::from([("question".to_owned(), "Why?".to_owned()), ("answer".to_owned(), "Because.".to_owned())]);
         assert_eq!(t.render_user(&f).unwrap(), "Q: Why?\nA: Because.");
+        assert_eq!(t.placeholders(), ["question", "answer"]);
+        let again = Template { user: "{answer} to {question}, {answer} {open".into(), ..t.clone() };
+        assert_eq!(again.render_user(&f).unwrap(), "Because. to Why?, Because. {open");
+        assert_eq!(again.placeholders(), ["answer", "question"]);
         f.remove("answer");
         assert!(t.render_user(&f).unwrap_err().contains("{answer}"));
         assert!(t.check_fields(&f).unwrap_err().contains("fields: question"));

@@ -768,6 +768,36 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     let out = jury(&["run", cfg.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let labels = lines(&dir.path().join("out/labels.csv"));
+    // A plan of the run's judgments holds what its judges read, for whoever labels it,
+    // and says what each label means in the prompt's words.
+    let plan = dir.path().join("plan.csv");
+    let judgments = dir.path().join("out/judgments.csv");
+    let out = jury(&[
+        "label-plan",
+        "--judgments",
+        judgments.to_str().unwrap(),
+        "--budget",
+        "5",
+        "--out",
+        plan.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("each with the fields its judges read (statement) from"), "{said}");
+    assert!(said.contains("add a label column, 1 for `Yes` and 0 for `No`"), "{said}");
+    let statements: std::collections::HashMap<String, String> = lines(&repo_root().join("datasets/demo-facts.csv"))
+        [1..]
+        .iter()
+        .map(|l| {
+            let (id, rest) = l.split_once(',').unwrap();
+            (id.to_owned(), rest.to_owned())
+        })
+        .collect();
+    let planned = lines(&plan);
+    assert_eq!((planned[0].as_str(), planned.len()), ("example_id,inclusion_probability,plan_size,statement", 6));
+    for row in &planned[1..] {
+        let fields: Vec<&str> = row.splitn(4, ',').collect();
+        assert!(statements[fields[0]].contains(fields[3].trim_matches('"')), "{row}");
+    }
     let (ones, zeros): (Vec<&String>, Vec<&String>) = labels[1..].iter().partition(|l| l.ends_with(",1"));
     let chosen: Vec<&String> = ones.iter().take(3).chain(zeros.iter().take(3)).copied().collect();
     assert_eq!(chosen.len(), 6, "{labels:?}");
