@@ -21,7 +21,8 @@ pub(crate) struct Args {
     /// the same examples.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The plan to write: example_id, inclusion_probability and plan_size, then, where the
+    /// The plan to write: example_id, inclusion_probability, plan_size and planned_from
+    /// (how many examples it was drawn from), then, where the
     /// judgments are a run's (`jury run`'s folder), the fields its judges read from the
     /// data set; add a `label` column and pass it to `jury aggregate --calibration`.
     #[arg(long)]
@@ -51,7 +52,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         })
         .collect();
     let columns: Vec<&str> = text.columns.iter().map(String::as_str).collect();
-    write_atomic(&args.out, jury_io::label_plan_csv(&columns, &rows).as_bytes())?;
+    write_atomic(&args.out, jury_io::label_plan_csv(judgments.n_examples(), &columns, &rows).as_bytes())?;
     for note in &text.notes {
         eprintln!("note: {note}");
     }

@@ -29,6 +29,10 @@ pub const INCLUSION_COLUMN: &str = "inclusion_probability";
 /// The label plan's column giving how many examples it drew, on every row: a plan's
 /// estimators count on every planned row, so the reader refuses a plan with rows removed.
 pub(crate) const PLAN_SIZE_COLUMN: &str = "plan_size";
+/// The label plan's column giving how many examples it was drawn from, on every row: its
+/// inclusion probabilities are chances among those, so the reader refuses the plan
+/// against judgments of another number of examples.
+pub(crate) const PLANNED_FROM_COLUMN: &str = "planned_from";
 
 /// One judgment as `jury run` records it: the verdict probability and the numbers
 /// behind it.
@@ -212,19 +216,21 @@ pub struct PlanRow<'a> {
     pub text: Vec<&'a str>,
 }
 
-/// A label plan: example_id, inclusion_probability (nine decimals), plan_size (the
-/// number of rows), then `text_columns`, the examples' fields for whoever labels them
-/// (the calibration reader skips them). A field named as one of the plan's own columns
-/// or `label` is written `field_NAME`, so that it is never read as one.
-pub fn label_plan_csv(text_columns: &[&str], rows: &[PlanRow<'_>]) -> String {
-    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN},{PLAN_SIZE_COLUMN}");
+/// A label plan drawn from `planned_from` examples: example_id, inclusion_probability
+/// (nine decimals), plan_size (the number of rows), planned_from, then `text_columns`,
+/// the examples' fields for whoever labels them (the calibration reader skips them). A
+/// field named as one of the plan's own columns or `label` is written `field_NAME`, so
+/// that it is never read as one.
+pub fn label_plan_csv(planned_from: usize, text_columns: &[&str], rows: &[PlanRow<'_>]) -> String {
+    let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN},{PLAN_SIZE_COLUMN},{PLANNED_FROM_COLUMN}");
     for name in text_columns {
-        let taken = [EXAMPLE_ID, INCLUSION_COLUMN, PLAN_SIZE_COLUMN, LABEL].contains(name);
+        let taken = [EXAMPLE_ID, INCLUSION_COLUMN, PLAN_SIZE_COLUMN, PLANNED_FROM_COLUMN, LABEL].contains(name);
         let _ = write!(table, ",{}", if taken { format!("field_{name}") } else { csv_field(name).into_owned() });
     }
     table.push('\n');
     for r in rows {
-        let _ = write!(table, "{},{:.9},{}", csv_field(r.example_id), r.inclusion_probability, rows.len());
+        let _ =
+            write!(table, "{},{:.9},{},{planned_from}", csv_field(r.example_id), r.inclusion_probability, rows.len());
         for i in 0..text_columns.len() {
             let _ = write!(table, ",{}", csv_field(r.text.get(i).copied().unwrap_or_default()));
         }
@@ -320,8 +326,8 @@ mod tests {
         assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
         let plan = |id, p| PlanRow { example_id: id, inclusion_probability: p, text: vec![] };
         assert_eq!(
-            label_plan_csv(&[], &[plan("q", 0.5), plan("r", 0.25)]),
-            "example_id,inclusion_probability,plan_size\nq,0.500000000,2\nr,0.250000000,2\n"
+            label_plan_csv(4, &[], &[plan("q", 0.5), plan("r", 0.25)]),
+            "example_id,inclusion_probability,plan_size,planned_from\nq,0.500000000,2,4\nr,0.250000000,2,4\n"
         );
         let prompt = PromptRow { judge: "j", example_id: "q\"1", tokens: &[1, 20] };
         let lines = prompts_jsonl([prompt, PromptRow { tokens: &[], ..prompt }]);

@@ -18,7 +18,7 @@ use jury_core::{CoreError, Judgments, JudgmentsBuilder, Labels};
 use crate::IoError;
 use crate::columns::{Columns, Value};
 use crate::run_tables::{
-    CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, PLAN_SIZE_COLUMN, PROBS, TEXT, TOKENS,
+    CATEGORY, EXAMPLE_ID, INCLUSION_COLUMN, JUDGE, LABEL, P, PLAN_SIZE_COLUMN, PLANNED_FROM_COLUMN, PROBS, TEXT, TOKENS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -662,6 +662,9 @@ pub fn read_calibration_among(
     if t.has(PLAN_SIZE_COLUMN) {
         check_plan_size(&t, out.labels.len())?;
     }
+    if t.has(PLANNED_FROM_COLUMN) {
+        check_planned_from(&t, example_ids.len())?;
+    }
     let ones = out.labels.iter().filter(|&&l| l == 1).count();
     if ones == 0 || ones == out.labels.len() {
         let class = if ones == 0 { 0 } else { 1 };
@@ -678,15 +681,8 @@ pub fn read_calibration_among(
 /// (Horvitz-Thompson), so rows removed (the examples a team could not label) would bias
 /// every rate by the share removed, and nothing in the labels or the judges shows it.
 fn check_plan_size(t: &Table, rows: usize) -> Result<(), IoError> {
-    let sizes = t.floats(PLAN_SIZE_COLUMN)?;
-    let size = |i: usize| sizes[i].filter(|s| *s >= 1.0 && s.fract() == 0.0);
-    let Some(planned) = size(0) else {
-        return Err(t.field_err(0, PLAN_SIZE_COLUMN, "not a whole number of examples"));
-    };
-    if let Some(i) = (1..sizes.len()).find(|&i| size(i) != Some(planned)) {
-        return Err(t.field_err(i, PLAN_SIZE_COLUMN, format!("differs from the first row's {planned}")));
-    }
-    if rows as f64 != planned {
+    let planned = whole_on_every_row(t, PLAN_SIZE_COLUMN)?;
+    if rows != planned {
         return Err(t.column_err(
             PLAN_SIZE_COLUMN,
             format!(
@@ -696,6 +692,38 @@ fn check_plan_size(t: &Table, rows: usize) -> Result<(), IoError> {
         ));
     }
     Ok(())
+}
+
+/// A plan against the examples it is used on (`planned_from`, the same on every row): its
+/// inclusion probabilities are chances among the examples it was drawn from, so with
+/// more examples (a run judged again with a larger `limit`) the new ones had none and no
+/// weighing by them estimates these examples' rate.
+fn check_planned_from(t: &Table, examples: usize) -> Result<(), IoError> {
+    let from = whole_on_every_row(t, PLANNED_FROM_COLUMN)?;
+    if from != examples {
+        return Err(t.column_err(
+            PLANNED_FROM_COLUMN,
+            format!(
+                "the plan was drawn from {from} examples, not these {examples}: its inclusion probabilities are \
+                 chances among those {from}, so they weigh no rate of these {examples}; plan again with `jury \
+                 label-plan` on these examples' judgments"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A plan's column that holds one whole number on every row.
+fn whole_on_every_row(t: &Table, column: &str) -> Result<usize, IoError> {
+    let values = t.floats(column)?;
+    let whole = |i: usize| values[i].filter(|s| *s >= 1.0 && s.fract() == 0.0 && *s < 1e15);
+    let Some(first) = whole(0) else {
+        return Err(t.field_err(0, column, "not a whole number of examples"));
+    };
+    if let Some(i) = (1..values.len()).find(|&i| whole(i) != Some(first)) {
+        return Err(t.field_err(i, column, format!("differs from the first row's {first}")));
+    }
+    Ok(first as usize)
 }
 
 #[cfg(test)]
@@ -906,6 +934,17 @@ mod tests {
         assert!(e.contains("p.csv") && e.contains("2 rows of a plan of 3: label every planned example"), "{e}");
         let e = error("m.csv", &format!("{head}x,0.5,3,0\nz,0.5,2,1\n"));
         assert!(e.contains("m.csv line 3: column `plan_size`: differs from the first row's 3"), "{e}");
+        // A plan drawn from another number of examples than the judgments': refused.
+        let head = "example_id,inclusion_probability,plan_size,planned_from,label\n";
+        let whole = write(dir.path(), "f.csv", &format!("{head}x,0.5,3,3,0\ny,0.5,3,3,1\nz,0.5,3,3,1\n"));
+        assert_eq!(read_calibration(&whole, &j).unwrap().labels, vec![0, 1, 1]);
+        let e = error("g.csv", &format!("{head}x,0.5,3,30,0\ny,0.5,3,30,1\nz,0.5,3,30,1\n"));
+        assert!(
+            e.contains("g.csv") && e.contains("`planned_from`: the plan was drawn from 30 examples, not these 3"),
+            "{e}"
+        );
+        let e = error("h.csv", &format!("{head}x,0.5,3,3,0\ny,0.5,3,3,1\nz,0.5,3,4,1\n"));
+        assert!(e.contains("h.csv line 4: column `planned_from`: differs from the first row's 3"), "{e}");
     }
 
     /// A plan with the examples' text, labeled in a spreadsheet: the text columns are
@@ -917,10 +956,14 @@ mod tests {
         let ids = ["x".to_owned(), "y".to_owned()];
         let row = |id, text| crate::PlanRow { example_id: id, inclusion_probability: 0.5, text };
         let plan = crate::label_plan_csv(
+            2,
             &["question", "label"],
             &[row("x", vec!["Is it \"so\", or\nnot?", "old"]), row("y", vec!["=1+1", "new"])],
         );
-        assert!(plan.starts_with("example_id,inclusion_probability,plan_size,question,field_label\n"), "{plan}");
+        assert!(
+            plan.starts_with("example_id,inclusion_probability,plan_size,planned_from,question,field_label\n"),
+            "{plan}"
+        );
         let labeled = |x: &str| {
             plan.replace("field_label\n", "field_label,label\n")
                 .replace("old\n", &format!("old,{x}\n"))

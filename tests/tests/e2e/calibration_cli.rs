@@ -79,14 +79,14 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert!(said.contains("label every row"), "the plan says to label all of it: {said}");
     assert!(said.contains("calibration: {labels: "), "and how a run takes it: {said}");
     let text = fs::read_to_string(&plan).unwrap();
-    assert_eq!(text.lines().next(), Some("example_id,inclusion_probability,plan_size"));
+    assert_eq!(text.lines().next(), Some("example_id,inclusion_probability,plan_size,planned_from"));
     assert_eq!(text.lines().count(), 121);
     // The user labels the planned examples.
     let t = truth(d);
-    let mut labeled = String::from("example_id,inclusion_probability,plan_size,label\n");
+    let mut labeled = String::from("example_id,inclusion_probability,plan_size,planned_from,label\n");
     for l in text.lines().skip(1) {
         let (id, rest) = l.split_once(',').unwrap();
-        assert!(rest.ends_with(",120"), "{l}");
+        assert!(rest.ends_with(",120,1500"), "{l}");
         labeled.push_str(&format!("{id},{rest},{}\n", t[id]));
     }
     let cal = d.join("calibration.csv");

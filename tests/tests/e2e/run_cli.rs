@@ -793,10 +793,13 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
         })
         .collect();
     let planned = lines(&plan);
-    assert_eq!((planned[0].as_str(), planned.len()), ("example_id,inclusion_probability,plan_size,statement", 6));
+    assert_eq!(
+        (planned[0].as_str(), planned.len()),
+        ("example_id,inclusion_probability,plan_size,planned_from,statement", 6)
+    );
     for row in &planned[1..] {
-        let fields: Vec<&str> = row.splitn(4, ',').collect();
-        assert!(statements[fields[0]].contains(fields[3].trim_matches('"')), "{row}");
+        let fields: Vec<&str> = row.splitn(5, ',').collect();
+        assert!(statements[fields[0]].contains(fields[4].trim_matches('"')), "{row}");
     }
     let (ones, zeros): (Vec<&String>, Vec<&String>) = labels[1..].iter().partition(|l| l.ends_with(",1"));
     let chosen: Vec<&String> = ones.iter().take(3).chain(zeros.iter().take(3)).copied().collect();
@@ -839,9 +842,19 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     // file and line before judging, the published run untouched.
     let metrics = fs::read_to_string(dir.path().join("out/metrics.json")).unwrap();
     let first_id = chosen[0].split(',').next().unwrap();
+    let planned = |row: &str| row.split_once(',').map(|(id, l)| format!("{id},0.5,2,30,{l}")).unwrap();
     for (bad, line, says) in [
         (format!("example_id,label\n{}\n{first_id},2\n", chosen[1]), "line 3", "is not a binary label"),
         (format!("example_id,label\n{}\nno-such-example,1\n", chosen[1]), "line 3", "is not among"),
+        (
+            format!(
+                "example_id,inclusion_probability,plan_size,planned_from,label\n{}\n{}\n",
+                planned(chosen[0]),
+                planned(chosen[3])
+            ),
+            "planned_from",
+            "the plan was drawn from 30 examples, not these 16",
+        ),
     ] {
         fs::write(&cal, bad).unwrap();
         fs::write(&cfg, format!("{yaml}calibration: {{labels: {}}}\n", cal.display())).unwrap();
