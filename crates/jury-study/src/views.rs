@@ -387,6 +387,13 @@ fn table(j: &Judgments, labels: Option<&Labels>, calibration: Option<usize>, run
         labels.map_or(0, Labels::n_labeled),
         calibration.map_or(String::new(), |k| format!(" (besides {k} calibration labels, not scored on)"))
     );
+    if calibration.is_none() && labels.is_none_or(|l| l.n_labeled() == 0) && j.n_classes() == 2 {
+        let _ = writeln!(
+            s,
+            "note: no labels, so no accuracy is scored; a few fit the calibrated method and correct the positive \
+             rate (`jury label-plan` picks them; README, \"A few labels: calibration\")"
+        );
+    }
     let judge_acc = labels.map(|l| judge_accuracies(j, l)).unwrap_or_else(|| vec![None; j.n_judges()]);
     let cover = coverage(j);
     let names: Vec<String> = j.judge_names().iter().map(|n| shown_name(n)).collect();
@@ -434,6 +441,8 @@ mod tests {
         b.push_binary("e1", "short", Some(0.2)).unwrap();
         let t = table(&b.build(), None, None, &[]);
         assert!(t.contains(&format!("{}…", "j".repeat(NAME_WIDTH - 1))), "{t}");
+        // Without labels, the table says what a few would add.
+        assert!(t.lines().nth(1).is_some_and(|l| l.starts_with("note: no labels, so no accuracy is scored")), "{t}");
         assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
     }
 
@@ -453,7 +462,7 @@ mod tests {
         };
         let t = table(&j, None, Some(40), &[run("calibrated"), run("avg")]);
         assert!(t.starts_with(
-            "1 examples, 2 judges, 2 classes, 0 labeled (besides 40 calibration labels, not scored on)\n"
+            "1 examples, 2 judges, 2 classes, 0 labeled (besides 40 calibration labels, not scored on)\n\n"
         ));
         // Every row of the methods' table puts its accuracy column where the header does.
         let header = t.lines().find(|l| l.starts_with("method")).expect("a methods header");
