@@ -110,7 +110,7 @@ fn run_text(judgments: &Path, ids: &[String]) -> Text {
                     t.columns.join(", "),
                     t.dataset.display()
                 ),
-                words: format!(", 1 for `{}` and 0 for `{}`", t.positive, t.negative),
+                words: format!(", 1 for `{}` and 0 for `{}` as {} asks", t.positive, t.negative, t.prompt.display()),
                 rows: t.rows.into_iter().map(Option::unwrap_or_default).collect(),
                 columns: t.columns,
                 notes,

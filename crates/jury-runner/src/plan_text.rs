@@ -23,7 +23,9 @@ pub struct PlanText {
     /// Each id's fields in `columns`' order; `None` where the data set has no such
     /// example (the judgments are not all this run's).
     pub rows: Vec<Option<Vec<String>>>,
-    /// The run's prompt's verdict words: class 1 (`Yes`, `A`) and class 0.
+    /// The run's prompt (its system text says what the verdict words answer) and its
+    /// verdict words: class 1 (`Yes`, `A`) and class 0.
+    pub prompt: PathBuf,
     pub positive: String,
     pub negative: String,
 }
@@ -75,6 +77,7 @@ pub fn plan_text(run: &Path, ids: &[String]) -> Result<Option<PlanText>, RunErro
         dataset: exp.dataset.path,
         columns,
         rows,
+        prompt: exp.prompt,
         positive: template.positive.trim().to_owned(),
         negative: template.negative.trim().to_owned(),
     }))

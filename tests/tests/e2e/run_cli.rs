@@ -783,7 +783,10 @@ fn run_with_calibration_labels_recommends_the_calibrated_method() {
     ]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains("each with the fields its judges read (statement) from"), "{said}");
-    assert!(said.contains("add a label column, 1 for `Yes` and 0 for `No`"), "{said}");
+    assert!(
+        said.contains("add a label column, 1 for `Yes` and 0 for `No` as ") && said.contains("demo-facts.yaml asks"),
+        "{said}"
+    );
     let statements: std::collections::HashMap<String, String> = lines(&repo_root().join("datasets/demo-facts.csv"))
         [1..]
         .iter()
