@@ -136,7 +136,10 @@ pub(crate) fn scan<E>(
 
 /// The header's column names, checked to be distinct.
 pub(crate) fn header_names(header: &Record<'_>) -> Result<Vec<String>, Malformed> {
-    let names: Vec<String> = (0..header.len()).map(|i| header.get(i).unwrap_or_default().to_owned()).collect();
+    // A column without a name (a spreadsheet's export of once-used empty columns) is named
+    // by its position, so that several are not one name twice; no reader asks for it.
+    let names: Vec<String> =
+        (0..header.len()).map(|i| header.get(i).map_or_else(|| format!("(column {})", i + 1), str::to_owned)).collect();
     for (k, name) in names.iter().enumerate() {
         if names[..k].contains(name) {
             return Err((header.line, format!("header: column `{name}` appears twice")));
@@ -204,5 +207,9 @@ mod tests {
         // Each row's own first line, past a field's line break and a blank line.
         assert_eq!(cols.lines, [2, 3]);
         assert_eq!(frame("a,b\n\"x\ny\",1\n\n2,3\n").unwrap().lines, [2, 5]);
+        // Columns without a name are kept apart by their position.
+        let unnamed = frame("a,,b,\n1,,2,\n").unwrap();
+        assert_eq!(unnamed.names, ["a", "(column 2)", "b", "(column 4)"]);
+        assert_eq!(unnamed.cells[2], [text("2")]);
     }
 }
