@@ -32,7 +32,7 @@ pub use balance::{BALANCE_LIMIT, Balance, Covariate};
 pub use fit::Calibrated;
 pub use log_odds::LogOdds;
 pub use members::{Candidate, logistic_baseline, picked_judge};
-pub use plan::{Planned, plan_labels, uniform_sample};
+pub use plan::{Planned, plan_labels, plan_more_labels, uniform_sample};
 pub use rates::{ClassRates, Estimator, Interval, RateEstimates};
 pub use replay::{BudgetReplay, EstimatorSummary, MethodAccuracy, ReplayMethod, ReplaySettings, Sampling, replay};
 pub use sample::Sample;
@@ -53,6 +53,8 @@ pub enum CalibrationError {
     OneClass(usize, u8),
     #[error("a budget of {budget} labels is more than the {examples} examples judged")]
     BudgetTooLarge { budget: usize, examples: usize },
+    #[error("a budget of {budget} more labels is more than the {unlabeled} examples judged that have none yet")]
+    BudgetBeyondUnlabeled { budget: usize, unlabeled: usize },
     #[error("a budget of {budget} labels leaves none of the {examples} examples judged to score the methods on")]
     NothingToScore { budget: usize, examples: usize },
     #[error("a budget of {0} labels: at least 2 are needed")]

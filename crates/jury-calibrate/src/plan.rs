@@ -41,6 +41,40 @@ pub fn plan_labels(posterior: &[f64], budget: usize, seed: u64) -> Result<Vec<Pl
     Ok(systematic(&pi, seed))
 }
 
+/// Plans `budget` more labels among the examples outside `have` (examples already
+/// labeled, however they were chosen), as [`plan_labels`] plans among all; returns every
+/// example of the plan, sorted: those of `have` with inclusion 1 and the new ones with
+/// their probabilities among the rest. Given `have`, the rate of the examples is theirs
+/// counted as they are plus the rest's, which the new draw estimates without bias (its
+/// probabilities are those of the draw that was made), so nothing in how `have` was chosen
+/// (a plan, the disputed examples, the failures a team found) biases the whole.
+pub fn plan_more_labels(
+    posterior: &[f64],
+    have: &[usize],
+    budget: usize,
+    seed: u64,
+) -> Result<Vec<Planned>, CalibrationError> {
+    let n = posterior.len();
+    let mut labeled = vec![false; n];
+    for &i in have {
+        match labeled.get_mut(i) {
+            Some(l) if !*l => *l = true,
+            Some(_) => return Err(CalibrationError::Duplicate(i)),
+            None => return Err(CalibrationError::OutOfRange { index: i, examples: n }),
+        }
+    }
+    let rest: Vec<usize> = (0..n).filter(|&i| !labeled[i]).collect();
+    if budget > rest.len() {
+        return Err(CalibrationError::BudgetBeyondUnlabeled { budget, unlabeled: rest.len() });
+    }
+    let among: Vec<f64> = rest.iter().map(|&i| posterior[i]).collect();
+    let mut out = plan_labels(&among, budget, seed)?;
+    out.iter_mut().for_each(|p| p.index = rest[p.index]);
+    out.extend(have.iter().map(|&index| Planned { index, inclusion: 1.0 }));
+    out.sort_by_key(|p| p.index);
+    Ok(out)
+}
+
 /// `budget` examples drawn uniformly without replacement, each with inclusion
 /// `budget / N`; sorted by example.
 pub fn uniform_sample(n: usize, budget: usize, seed: u64) -> Result<Vec<Planned>, CalibrationError> {
@@ -138,6 +172,37 @@ mod tests {
             assert!((counts[i] - stated[i]).abs() < 0.015, "unit {i}: {} vs {}", counts[i], stated[i]);
         }
         assert!(stated[0] > 1.5 * stated[20], "{} {}", stated[0], stated[20]);
+    }
+
+    /// More labels beside some already had: those kept at inclusion 1, the new ones drawn
+    /// among the others only, each as often as it says.
+    #[test]
+    fn more_labels_are_drawn_among_the_others_with_honest_probabilities() {
+        let post: Vec<f64> = (0..30).map(|i| if i < 10 { 0.5 } else { 0.95 }).collect();
+        let have = [0, 1, 2, 15, 29];
+        let trials = 20_000;
+        let mut counts = [0.0; 30];
+        let mut stated = [0.0; 30];
+        for s in 0..trials {
+            let plan = plan_more_labels(&post, &have, 6, s).unwrap();
+            assert_eq!(plan.len(), 11);
+            assert!(plan.windows(2).all(|w| w[0].index < w[1].index));
+            for p in plan {
+                counts[p.index] += 1.0 / trials as f64;
+                stated[p.index] = p.inclusion;
+            }
+        }
+        for i in 0..30 {
+            let want = if have.contains(&i) { 1.0 } else { stated[i] };
+            assert!((counts[i] - want).abs() < 0.015 && (stated[i] - want).abs() < 1e-12, "unit {i}: {}", counts[i]);
+        }
+        assert!((stated.iter().sum::<f64>() - 11.0).abs() < 1e-9);
+        assert_eq!(
+            plan_more_labels(&post, &have, 26, 0),
+            Err(CalibrationError::BudgetBeyondUnlabeled { budget: 26, unlabeled: 25 })
+        );
+        assert_eq!(plan_more_labels(&post, &[3, 3], 4, 0), Err(CalibrationError::Duplicate(3)));
+        assert_eq!(plan_more_labels(&post, &[30], 4, 0), Err(CalibrationError::OutOfRange { index: 30, examples: 30 }));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! draw), the planned examples' text jury-runner's (read from a run's data set); this
 //! module reads the judgments and writes the plan.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -27,6 +28,13 @@ pub(crate) struct Args {
     /// data set; add a `label` column and pass it to `jury aggregate --calibration`.
     #[arg(long)]
     out: PathBuf,
+    /// Labels already had (a labeled plan, or any `example_id,label` file, however its
+    /// examples were chosen: the disputed ones, the failures a team found): the plan keeps
+    /// them, with their labels at inclusion probability 1, and adds --budget examples
+    /// among the others. The rate is then theirs counted as they are plus the others'
+    /// estimate, unbiased whatever chose them.
+    #[arg(long, value_name = "FILE")]
+    labeled: Option<PathBuf>,
     /// Replace an existing plan file.
     #[arg(long)]
     force: bool,
@@ -38,8 +46,17 @@ pub(crate) fn run(args: Args) -> Result<()> {
     }
     let judgments = read_judgments(&args.judgments)?;
     let settings = Settings::new(&AggregateOptions { seed: args.seed, ..Default::default() })?;
-    let plan = jury_study::label_plan(&judgments, &settings, args.budget, args.seed)
-        .with_context(|| format!("planning {} labels for {}", args.budget, args.judgments.display()))?;
+    let had = args.labeled.as_deref().map(|p| jury_io::read_labeled(p, &judgments)).transpose()?;
+    let context = || format!("planning {} labels for {}", args.budget, args.judgments.display());
+    let plan = match &had {
+        None => jury_study::label_plan(&judgments, &settings, args.budget, args.seed).with_context(context)?,
+        Some(h) => jury_study::label_plan_more(&judgments, &settings, &h.index, args.budget, args.seed)
+            .with_context(context)?,
+    };
+    let label_of: HashMap<&str, u8> = had
+        .iter()
+        .flat_map(|h| h.index.iter().zip(&h.labels).map(|(&i, &l)| (judgments.example_ids()[i].as_str(), l)))
+        .collect();
     let ids: Vec<String> = plan.iter().map(|(id, _)| id.clone()).collect();
     let text = run_text(&args.judgments, &ids);
     let rows: Vec<PlanRow<'_>> = plan
@@ -48,6 +65,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .map(|((id, p), t)| PlanRow {
             example_id: id,
             inclusion_probability: *p,
+            label: label_of.get(id.as_str()).copied(),
             text: t.iter().map(String::as_str).collect(),
         })
         .collect();
@@ -56,14 +74,29 @@ pub(crate) fn run(args: Args) -> Result<()> {
     for note in &text.notes {
         eprintln!("note: {note}");
     }
+    let (what, todo) = match &args.labeled {
+        None => (
+            format!("{} examples of {} to label", plan.len(), judgments.n_examples()),
+            format!("add a label column{}, label every row", text.words),
+        ),
+        Some(path) => (
+            format!(
+                "{} examples of {}: the {} labeled in {}, kept with their labels at inclusion probability 1, and {} \
+                 more to label",
+                plan.len(),
+                judgments.n_examples(),
+                label_of.len(),
+                path.display(),
+                args.budget
+            ),
+            format!("label every empty cell of its label column{}", text.words),
+        ),
+    };
     println!(
-        "wrote {} examples of {} to label to {}{} (add a label column{}, label every row, then pass it to \
-         jury aggregate --calibration {}, or to a run as `calibration: {{labels: {}}}`)",
-        plan.len(),
-        judgments.n_examples(),
+        "wrote {what} to {}{} ({todo}, then pass it to jury aggregate --calibration {}, or to a run as \
+         `calibration: {{labels: {}}}`)",
         args.out.display(),
         text.said,
-        text.words,
         args.out.display(),
         args.out.display()
     );

@@ -50,7 +50,7 @@ pub use run_tables::{
 };
 pub use table::{
     CalibrationLabels, PromptRecord, read_calibration, read_calibration_among, read_categories, read_judgments,
-    read_labels, read_prompts, read_texts,
+    read_labeled, read_labels, read_prompts, read_texts,
 };
 pub use write::{csv_field, persist_synced, read_json, terminal_text, write_atomic, write_json};
 

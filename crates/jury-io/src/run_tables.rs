@@ -213,16 +213,23 @@ pub fn prompts_jsonl<'a>(rows: impl IntoIterator<Item = PromptRow<'a>>) -> Strin
 pub struct PlanRow<'a> {
     pub example_id: &'a str,
     pub inclusion_probability: f64,
+    /// The label it already has (a plan of more beside labels had), if any.
+    pub label: Option<u8>,
     pub text: Vec<&'a str>,
 }
 
 /// A label plan drawn from `planned_from` examples: example_id, inclusion_probability
-/// (nine decimals), plan_size (the number of rows), planned_from, then `text_columns`,
-/// the examples' fields for whoever labels them (the calibration reader skips them). A
-/// field named as one of the plan's own columns or `label` is written `field_NAME`, so
-/// that it is never read as one.
+/// (nine decimals), plan_size (the number of rows), planned_from, `label` where a row has
+/// one already (empty on the others, for whoever labels them), then `text_columns`, the
+/// examples' fields for whoever labels them (the calibration reader skips them). A field
+/// named as one of the plan's own columns or `label` is written `field_NAME`, so that it
+/// is never read as one.
 pub fn label_plan_csv(planned_from: usize, text_columns: &[&str], rows: &[PlanRow<'_>]) -> String {
+    let labeled = rows.iter().any(|r| r.label.is_some());
     let mut table = format!("{EXAMPLE_ID},{INCLUSION_COLUMN},{PLAN_SIZE_COLUMN},{PLANNED_FROM_COLUMN}");
+    if labeled {
+        let _ = write!(table, ",{LABEL}");
+    }
     for name in text_columns {
         let taken = [EXAMPLE_ID, INCLUSION_COLUMN, PLAN_SIZE_COLUMN, PLANNED_FROM_COLUMN, LABEL].contains(name);
         let _ = write!(table, ",{}", if taken { format!("field_{name}") } else { csv_field(name).into_owned() });
@@ -231,6 +238,9 @@ pub fn label_plan_csv(planned_from: usize, text_columns: &[&str], rows: &[PlanRo
     for r in rows {
         let _ =
             write!(table, "{},{:.9},{},{planned_from}", csv_field(r.example_id), r.inclusion_probability, rows.len());
+        if labeled {
+            let _ = write!(table, ",{}", r.label.map(|l| l.to_string()).unwrap_or_default());
+        }
         for i in 0..text_columns.len() {
             let _ = write!(table, ",{}", csv_field(r.text.get(i).copied().unwrap_or_default()));
         }
@@ -324,10 +334,16 @@ mod tests {
             "example_id,asked,answered,stop,confidence\nq,a;b,2,settled,0.950000\n"
         );
         assert_eq!(failures_csv([("q", "j", "400: too long")]), "example_id,judge,reason\nq,j,400: too long\n");
-        let plan = |id, p| PlanRow { example_id: id, inclusion_probability: p, text: vec![] };
+        let plan = |id, p| PlanRow { example_id: id, inclusion_probability: p, label: None, text: vec![] };
         assert_eq!(
             label_plan_csv(4, &[], &[plan("q", 0.5), plan("r", 0.25)]),
             "example_id,inclusion_probability,plan_size,planned_from\nq,0.500000000,2,4\nr,0.250000000,2,4\n"
+        );
+        // Beside labels had, the plan carries them and leaves the new rows' cells empty.
+        let had = PlanRow { label: Some(1), ..plan("p", 1.0) };
+        assert_eq!(
+            label_plan_csv(4, &[], &[had, plan("r", 0.25)]),
+            "example_id,inclusion_probability,plan_size,planned_from,label\np,1.000000000,2,4,1\nr,0.250000000,2,4,\n"
         );
         let prompt = PromptRow { judge: "j", example_id: "q\"1", tokens: &[1, 20] };
         let lines = prompts_jsonl([prompt, PromptRow { tokens: &[], ..prompt }]);

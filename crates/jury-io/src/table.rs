@@ -603,6 +603,32 @@ pub fn read_calibration_among(
     example_ids: &[String],
     n_classes: usize,
 ) -> Result<CalibrationLabels, IoError> {
+    let (t, out) = calibration_rows(path, example_ids, n_classes)?;
+    let ones = out.labels.iter().filter(|&&l| l == 1).count();
+    if ones == 0 || ones == out.labels.len() {
+        let class = if ones == 0 { 0 } else { 1 };
+        return Err(t.column_err(
+            LABEL,
+            format!("one class only ({} labels, all {class}): calibration needs examples of both", out.labels.len()),
+        ));
+    }
+    Ok(out)
+}
+
+/// Labels already had, for a plan of more (`jury label-plan --labeled`): read as
+/// [`read_calibration`] reads them, but one class is enough (the failures a team found),
+/// as they are not fitted on until the plan's new labels join them.
+pub fn read_labeled(path: &Path, judgments: &Judgments) -> Result<CalibrationLabels, IoError> {
+    calibration_rows(path, judgments.example_ids(), judgments.n_classes()).map(|(_, out)| out)
+}
+
+/// Every row of a calibration file, checked (ids among `example_ids`, once each; binary
+/// labels; a plan's columns), and the table for further errors.
+fn calibration_rows(
+    path: &Path,
+    example_ids: &[String],
+    n_classes: usize,
+) -> Result<(Table, CalibrationLabels), IoError> {
     let t = Table::load(path)?;
     let ids = t.strings(EXAMPLE_ID)?;
     let raw = t.strings(LABEL)?;
@@ -665,15 +691,7 @@ pub fn read_calibration_among(
     if t.has(PLANNED_FROM_COLUMN) {
         check_planned_from(&t, example_ids.len())?;
     }
-    let ones = out.labels.iter().filter(|&&l| l == 1).count();
-    if ones == 0 || ones == out.labels.len() {
-        let class = if ones == 0 { 0 } else { 1 };
-        return Err(t.column_err(
-            LABEL,
-            format!("one class only ({} labels, all {class}): calibration needs examples of both", out.labels.len()),
-        ));
-    }
-    Ok(out)
+    Ok((t, out))
 }
 
 /// A plan's rows against the size it was drawn at (`plan_size`, the same on every row):
@@ -721,7 +739,14 @@ fn whole_on_every_row(t: &Table, column: &str) -> Result<usize, IoError> {
         return Err(t.field_err(0, column, "not a whole number of examples"));
     };
     if let Some(i) = (1..values.len()).find(|&i| whole(i) != Some(first)) {
-        return Err(t.field_err(i, column, format!("differs from the first row's {first}")));
+        return Err(t.field_err(
+            i,
+            column,
+            format!(
+                "differs from the first row's {first}: a plan's rows come from one `jury label-plan` (two plans \
+                 joined are no plan their inclusion probabilities describe; plan again with the whole budget)"
+            ),
+        ));
     }
     Ok(first as usize)
 }
@@ -943,6 +968,11 @@ mod tests {
             e.contains("g.csv") && e.contains("`planned_from`: the plan was drawn from 30 examples, not these 3"),
             "{e}"
         );
+        // Labels had, for a plan of more, may hold one class (the failures a team found);
+        // as calibration labels they may not.
+        let ones = write(dir.path(), "ones.csv", "example_id,label\nx,1\nz,1\n");
+        assert_eq!(crate::read_labeled(&ones, &j).unwrap().index, vec![0, 2]);
+        assert!(read_calibration(&ones, &j).unwrap_err().to_string().contains("one class only"));
         let e = error("h.csv", &format!("{head}x,0.5,3,3,0\ny,0.5,3,3,1\nz,0.5,3,4,1\n"));
         assert!(e.contains("h.csv line 4: column `planned_from`: differs from the first row's 3"), "{e}");
     }
@@ -954,7 +984,7 @@ mod tests {
     fn a_plan_with_the_examples_text_reads_back_and_its_errors_name_the_row_s_line() {
         let dir = tempfile::tempdir().unwrap();
         let ids = ["x".to_owned(), "y".to_owned()];
-        let row = |id, text| crate::PlanRow { example_id: id, inclusion_probability: 0.5, text };
+        let row = |id, text| crate::PlanRow { example_id: id, inclusion_probability: 0.5, label: None, text };
         let plan = crate::label_plan_csv(
             2,
             &["question", "label"],

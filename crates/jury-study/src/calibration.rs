@@ -6,8 +6,8 @@
 
 use jury_aggregate::Aggregation;
 use jury_calibrate::{
-    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplayMethod, ReplaySettings, Sample, plan_labels, replay,
-    verdict_accuracy,
+    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplayMethod, ReplaySettings, Sample, plan_labels,
+    plan_more_labels, replay, verdict_accuracy,
 };
 use jury_core::{Judgments, Labels};
 use jury_io::{
@@ -161,10 +161,41 @@ pub fn label_plan(
 ) -> Result<Vec<(String, f64)>, StudyError> {
     check_binary(j)?;
     check_budget(budget, j)?;
+    let p = plan_probabilities(j, settings)?;
+    let plan = plan_labels(&p, budget, seed).map_err(calibration_error)?;
+    Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
+}
+
+/// [`label_plan`] of `budget` more examples beside those already labeled (`have`, positions
+/// in the judgments): every example of the plan, `have`'s at inclusion 1, in the
+/// judgments' order (jury-calibrate's `plan_more_labels` says why the whole stays
+/// unbiased).
+pub fn label_plan_more(
+    j: &Judgments,
+    settings: &Settings,
+    have: &[usize],
+    budget: usize,
+    seed: u64,
+) -> Result<Vec<(String, f64)>, StudyError> {
+    check_binary(j)?;
+    if budget < 2 {
+        return Err(StudyError::Option { flag: "--budget", reason: format!("{budget}: at least 2 labels are needed") });
+    }
+    let p = plan_probabilities(j, settings)?;
+    let plan = plan_more_labels(&p, have, budget, seed).map_err(|e| match e {
+        jury_calibrate::CalibrationError::BudgetBeyondUnlabeled { .. } => {
+            StudyError::Option { flag: "--budget", reason: e.to_string() }
+        }
+        other => calibration_error(other),
+    })?;
+    Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
+}
+
+/// The probabilities a plan follows: the judges' mean probability of class 1 per example.
+fn plan_probabilities(j: &Judgments, settings: &Settings) -> Result<Vec<f64>, StudyError> {
     let (_, p1, _) = settings.label_free(j)?;
     let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
-    let plan = plan_labels(&d.mean_judge_probabilities(), budget, seed).map_err(calibration_error)?;
-    Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
+    Ok(d.mean_judge_probabilities())
 }
 
 /// Replays calibration sets of each budget drawn from `labels` (every example of `j` must

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 pub use adaptive::{AdaptiveSettings, adaptive_study, adaptive_table};
 pub use bar::{BarCheck, BarError, CROWD_KIT, bar_tables};
-pub use calibration::{calibration_replay, calibration_table, label_plan, scoring_labels};
+pub use calibration::{calibration_replay, calibration_table, label_plan, label_plan_more, scoring_labels};
 pub use compare::{CLOSE, CompareError, Comparison, Pairing, RunFiles, compare_runs, comparison_table};
 pub use epochs::{EpochError, epoch_table};
 pub use options::{

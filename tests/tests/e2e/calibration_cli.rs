@@ -206,6 +206,71 @@ fn a_calibration_set_the_judges_show_was_not_drawn_is_reported() {
     assert!(report.contains("not drawn as stated"));
 }
 
+/// Labels had for examples chosen by no draw (the 40 the judges call most positive,
+/// nearly all of class 1), then a plan of 100 more beside them (`--labeled`): the plan
+/// keeps them at inclusion 1 with their labels, the 100 are drawn among the others, and
+/// once labeled the whole reads as drawn (no warning) and its rates hold the true rate.
+#[test]
+fn a_plan_of_more_beside_labels_had_keeps_them_and_the_rate_unbiased() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    simulated(d);
+    let t = truth(d);
+    let mut by_p = mean_probabilities(d);
+    by_p.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut had = String::from("example_id,label\n");
+    by_p[..40].iter().for_each(|(id, _)| had.push_str(&format!("{id},{}\n", t[id])));
+    let had_path = d.join("had.csv");
+    fs::write(&had_path, had).unwrap();
+    let (judgments, plan) = (d.join("judgments.csv"), d.join("more.csv"));
+    let args = |budget: &str| {
+        let mut a = vec!["label-plan", "--judgments", s(&judgments), "--labeled", s(&had_path), "--budget"];
+        a.extend([budget, "--seed", "4", "--out", s(&plan), "--force"]);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = |budget: &str| jury(&args(budget).iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run("100");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("the 40 labeled in") && said.contains("and 100 more to label"), "{said}");
+    assert!(said.contains("label every empty cell of its label column"), "{said}");
+    let text = fs::read_to_string(&plan).unwrap();
+    assert_eq!(text.lines().next(), Some("example_id,inclusion_probability,plan_size,planned_from,label"));
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 140);
+    let kept: Vec<&Vec<&str>> = rows.iter().filter(|r| !r[4].is_empty()).collect();
+    assert_eq!(kept.len(), 40);
+    assert!(kept.iter().all(|r| r[1] == "1.000000000" && t[r[0]] == r[4]), "{kept:?}");
+    assert!(rows.iter().all(|r| r[2] == "140" && r[3] == "1500"), "{text}");
+    // The new rows' probabilities are chances among the 1,460 others, none certain.
+    let drawn: Vec<f64> = rows.iter().filter(|r| r[4].is_empty()).map(|r| r[1].parse::<f64>().unwrap()).collect();
+    assert!(drawn.len() == 100 && drawn.iter().all(|&p| p > 0.0 && p < 1.0), "{drawn:?}");
+    // Labeled, the whole plan reads as drawn, and its rates hold the true rate.
+    let labeled: String = std::iter::once(text.lines().next().unwrap().to_owned())
+        .chain(rows.iter().map(|r| format!("{},{},{},{},{}", r[0], r[1], r[2], r[3], t[r[0]])))
+        .map(|l| l + "\n")
+        .collect();
+    let cal = d.join("more-labeled.csv");
+    fs::write(&cal, labeled).unwrap();
+    let (m, said) = aggregate_calibrated(d, &cal, &[]);
+    let c = &m["calibration"];
+    assert_eq!((c["n_calibration"].as_u64(), c["sampling"].as_str()), (Some(140), Some("planned")), "{c}");
+    assert_eq!(c["balance"]["plausible"], true, "{c}");
+    assert!(!said.contains("warning: the calibration examples"), "{said}");
+    let rate = t.values().filter(|v| *v == "1").count() as f64 / t.len() as f64;
+    for e in ["labels-only", "ppi-jury"] {
+        let r = &c["rates"][e];
+        assert!(r["low"].as_f64().unwrap() <= rate && rate <= r["high"].as_f64().unwrap(), "{e}: {r} vs {rate}");
+    }
+    // More than the examples without a label: one line, nothing written.
+    fs::remove_file(&plan).unwrap();
+    let out = run("1461");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("1461 more labels is more than the 1460 examples judged that have none yet"), "{err}");
+    assert!(err.lines().count() == 1 && !plan.exists(), "{err}");
+}
+
 /// Five judges casting hard verdicts independently given the truth: the unlabeled votes
 /// confirm the label-free model, and the calibrated method keeps its posterior as it is.
 #[test]
