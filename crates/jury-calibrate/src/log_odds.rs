@@ -200,6 +200,15 @@ impl LogOdds {
     pub fn get(&self, i: usize, k: usize) -> f64 {
         self.x[i * self.k + k]
     }
+
+    /// Examples `keep` only, in that order, with everything taken over every example
+    /// (means, covariance, the independence check) taken again over them.
+    pub(crate) fn restrict(&self, keep: &[usize]) -> Result<Self, CalibrationError> {
+        let x = keep.iter().flat_map(|&i| self.row(i).iter().copied()).collect();
+        let present = keep.iter().map(|&i| self.present[i]).collect();
+        let label_free: Vec<f64> = keep.iter().map(|&i| self.label_free_probability(i)).collect();
+        Self::build(keep.len(), self.k, x, present, &label_free)
+    }
 }
 
 pub(crate) fn logit(p: f64, clip: f64) -> f64 {

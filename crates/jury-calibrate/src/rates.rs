@@ -147,8 +147,53 @@ pub struct RateEstimates {
 }
 
 impl RateEstimates {
-    /// Every estimator on `sample` (seeded bootstrap and folds).
+    /// Every estimator on `sample` (seeded bootstrap and folds). Examples sure to be in
+    /// the sample (inclusion 1: labels had beside a plan of more, `plan_more_labels`) are
+    /// a take-all stratum: their labels are counted as they are and every estimator runs
+    /// on the other examples and their draw alone, so they add no variance, and nothing in
+    /// how they were chosen biases the rest. Rows drawn with a probability under 1 fewer
+    /// than two: the sample as a whole.
     pub fn estimate(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
+        let pi = sample.inclusion();
+        let sure = |r: usize| pi[r] >= 1.0 - 1e-12;
+        let (taken, drawn): (Vec<usize>, Vec<usize>) = (0..sample.len()).partition(|&r| sure(r));
+        if taken.is_empty() || drawn.len() < 2 {
+            return Self::estimate_drawn(d, sample, seed);
+        }
+        let n = d.n_examples();
+        let mut position = vec![Some(0); n];
+        taken.iter().for_each(|&r| position[sample.index()[r]] = None);
+        let mut rest = Vec::with_capacity(n - taken.len());
+        for (i, at) in position.iter_mut().enumerate() {
+            if at.is_some() {
+                *at = Some(rest.len());
+                rest.push(i);
+            }
+        }
+        let among_rest = Sample::new(
+            rest.len(),
+            drawn.iter().filter_map(|&r| position[sample.index()[r]]).collect(),
+            drawn.iter().map(|&r| sample.labels()[r]).collect(),
+            Some(drawn.iter().map(|&r| pi[r]).collect()),
+        );
+        let (Ok(among_rest), Ok(d_rest)) = (among_rest, d.restrict(&rest)) else {
+            return Self::estimate_drawn(d, sample, seed);
+        };
+        let r = Self::estimate_drawn(&d_rest, &among_rest, seed);
+        let known: f64 = taken.iter().map(|&r| f64::from(sample.labels()[r])).sum();
+        let whole = |x: f64| (known + rest.len() as f64 * x) / n as f64;
+        RateEstimates {
+            intervals: r
+                .intervals
+                .into_iter()
+                .map(|(e, i)| (e, Interval { estimate: whole(i.estimate), low: whole(i.low), high: whole(i.high) }))
+                .collect(),
+            ..r
+        }
+    }
+
+    /// Every estimator on `sample`, every row counted as drawn.
+    fn estimate_drawn(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
         let e = sample.expansion();
         let pi = sample.inclusion();
         let y: Vec<f64> = sample.labels().iter().map(|&l| f64::from(l)).collect();
@@ -784,6 +829,61 @@ mod tests {
             if !planned {
                 let ratio = width / world;
                 assert!((0.66..0.75).contains(&ratio), "{ratio}");
+            }
+        }
+    }
+
+    /// Labels had for examples chosen by no draw (30 the majority of votes gets wrong,
+    /// nearly all of one class), then 60 planned among the others: every interval covers
+    /// the rate, is no wider than the 60 planned labels' alone would be, and moves by
+    /// exactly a label's share of the jury when a label had is flipped (those labels are
+    /// counted, not estimated).
+    #[test]
+    fn labels_had_beside_a_plan_of_more_are_counted_and_add_no_variance() {
+        let n = 400;
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (truth, d) = hard_votes(&mut rng, n, &[0.8, 0.7, 0.85, 0.65, 0.75], 0.3);
+        let rate = truth.iter().map(|&t| f64::from(t)).sum::<f64>() / n as f64;
+        let mean_vote: Vec<f64> = (0..n)
+            .map(|i| (0..d.n_judges()).map(|j| f64::from(u8::from(d.get(i, j) > 0.0))).sum::<f64>() / 5.0)
+            .collect();
+        let had: Vec<usize> = (0..n).filter(|&i| (mean_vote[i] > 0.5) != (truth[i] == 1)).take(30).collect();
+        assert_eq!(had.len(), 30);
+        let sample_of = |drawn: &[crate::Planned], truth: &[u8]| {
+            let index: Vec<usize> = drawn.iter().map(|p| p.index).collect();
+            let label = index.iter().map(|&i| truth[i]).collect();
+            Sample::new(n, index, label, Some(drawn.iter().map(|p| p.inclusion).collect())).unwrap()
+        };
+        let estimators = [Estimator::LabelsOnly, Estimator::PpiBestJudge, Estimator::PpiJury];
+        let draws = 300;
+        let (mut covered, mut width, mut alone) = ([0usize; 3], [0.0; 3], [0.0; 3]);
+        for t in 0..draws {
+            let more = sample_of(&crate::plan_more_labels(&mean_vote, &had, 60, t).unwrap(), &truth);
+            let r = RateEstimates::estimate(&d, &more, t);
+            let plain =
+                RateEstimates::estimate(&d, &sample_of(&crate::plan_labels(&mean_vote, 60, t).unwrap(), &truth), t);
+            for (k, e) in estimators.into_iter().enumerate() {
+                covered[k] += usize::from(r.get(e).covers(rate));
+                width[k] += r.get(e).width() / draws as f64;
+                alone[k] += plain.get(e).width() / draws as f64;
+            }
+        }
+        for k in 0..3 {
+            assert!(covered[k] as f64 / draws as f64 >= 0.925, "{covered:?} of {draws}");
+            assert!(width[k] <= alone[k], "{}: {width:?} against {alone:?}", estimators[k].name());
+        }
+        let drawn = crate::plan_more_labels(&mean_vote, &had, 60, 0).unwrap();
+        let mut flipped = truth.clone();
+        flipped[had[0]] = 1 - flipped[had[0]];
+        let (a, b) = (
+            RateEstimates::estimate(&d, &sample_of(&drawn, &truth), 0),
+            RateEstimates::estimate(&d, &sample_of(&drawn, &flipped), 0),
+        );
+        let step = (f64::from(flipped[had[0]]) - f64::from(truth[had[0]])) / n as f64;
+        for e in Estimator::ALL {
+            let (x, y) = (a.get(e), b.get(e));
+            for (u, v) in [(x.estimate, y.estimate), (x.low, y.low), (x.high, y.high)] {
+                assert!((v - u - step).abs() < 1e-12, "{}: {x:?} then {y:?}", e.name());
             }
         }
     }
