@@ -28,10 +28,10 @@ pub(crate) struct Args {
     /// data set; add a `label` column and pass it to `jury aggregate --calibration`.
     #[arg(long)]
     out: PathBuf,
-    /// Labels already had (a labeled plan, or any `example_id,label` file, however its
-    /// examples were chosen: the disputed ones, the failures a team found): the plan keeps
-    /// them, with their labels at inclusion probability 1, and adds --budget examples
-    /// among the others. The rate is then theirs counted as they are plus the others'
+    /// Labels already had (a plan labeled in whole or in part, or any `example_id,label`
+    /// file, however its examples were chosen: the disputed ones, the failures a team
+    /// found): the plan keeps every labeled row, with its label at inclusion probability
+    /// 1, and adds --budget examples among the others. The rate is then theirs counted as they are plus the others'
     /// estimate, unbiased whatever chose them.
     #[arg(long, value_name = "FILE")]
     labeled: Option<PathBuf>,

@@ -603,7 +603,7 @@ pub fn read_calibration_among(
     example_ids: &[String],
     n_classes: usize,
 ) -> Result<CalibrationLabels, IoError> {
-    let (t, out) = calibration_rows(path, example_ids, n_classes)?;
+    let (t, out) = calibration_rows(path, example_ids, n_classes, Rows::Calibration)?;
     let ones = out.labels.iter().filter(|&&l| l == 1).count();
     if ones == 0 || ones == out.labels.len() {
         let class = if ones == 0 { 0 } else { 1 };
@@ -615,19 +615,31 @@ pub fn read_calibration_among(
     Ok(out)
 }
 
-/// Labels already had, for a plan of more (`jury label-plan --labeled`): read as
-/// [`read_calibration`] reads them, but one class is enough (the failures a team found),
-/// as they are not fitted on until the plan's new labels join them.
+/// Labels already had, for a plan of more (`jury label-plan --labeled`): the rows with a
+/// label, read as [`read_calibration`] reads them, but one class is enough (the failures
+/// a team found), a row without a label is skipped (a plan labeled in part), and a plan's
+/// columns are not read: beside a plan of more, every example labeled counts as it is,
+/// however it was chosen.
 pub fn read_labeled(path: &Path, judgments: &Judgments) -> Result<CalibrationLabels, IoError> {
-    calibration_rows(path, judgments.example_ids(), judgments.n_classes()).map(|(_, out)| out)
+    calibration_rows(path, judgments.example_ids(), judgments.n_classes(), Rows::Had).map(|(_, out)| out)
+}
+
+/// What a calibration file's rows are to the reader.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rows {
+    /// Calibration labels: every row labeled, a plan's columns checked.
+    Calibration,
+    /// Labels had beside a plan of more: the labeled rows only, a plan's columns ignored.
+    Had,
 }
 
 /// Every row of a calibration file, checked (ids among `example_ids`, once each; binary
-/// labels; a plan's columns), and the table for further errors.
+/// labels; for `Rows::Calibration` a plan's columns), and the table for further errors.
 fn calibration_rows(
     path: &Path,
     example_ids: &[String],
     n_classes: usize,
+    rows: Rows,
 ) -> Result<(Table, CalibrationLabels), IoError> {
     let t = Table::load(path)?;
     let ids = t.strings(EXAMPLE_ID)?;
@@ -639,7 +651,8 @@ fn calibration_rows(
             format!("calibration labels need judgments of two classes; these judgments have {n_classes}"),
         ));
     }
-    let inclusion = if t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
+    let plan = rows == Rows::Calibration;
+    let inclusion = if plan && t.has(INCLUSION_COLUMN) { Some(t.floats(INCLUSION_COLUMN)?) } else { None };
     let position: HashMap<&str, usize> = example_ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
     let mut seen: HashMap<usize, usize> = HashMap::new();
     let mut out = CalibrationLabels { index: vec![], labels: vec![], inclusion: inclusion.as_ref().map(|_| vec![]) };
@@ -651,6 +664,9 @@ fn calibration_rows(
             return Err(t.field_err(i, EXAMPLE_ID, format!("`{id}` is not among the judgments' examples")));
         };
         let text = label.as_deref().map(str::trim).unwrap_or("");
+        if text.is_empty() && !plan {
+            continue;
+        }
         if text.is_empty() {
             // A plan labeled in part: its estimators weigh each row by its inclusion
             // probability and count on every planned row (Horvitz-Thompson), so a row
@@ -685,10 +701,10 @@ fn calibration_rows(
         out.index.push(n);
         out.labels.push(l as u8);
     }
-    if t.has(PLAN_SIZE_COLUMN) {
+    if plan && t.has(PLAN_SIZE_COLUMN) {
         check_plan_size(&t, out.labels.len())?;
     }
-    if t.has(PLANNED_FROM_COLUMN) {
+    if plan && t.has(PLANNED_FROM_COLUMN) {
         check_planned_from(&t, example_ids.len())?;
     }
     Ok((t, out))
@@ -973,6 +989,12 @@ mod tests {
         let ones = write(dir.path(), "ones.csv", "example_id,label\nx,1\nz,1\n");
         assert_eq!(crate::read_labeled(&ones, &j).unwrap().index, vec![0, 2]);
         assert!(read_calibration(&ones, &j).unwrap_err().to_string().contains("one class only"));
+        // A plan labeled in part, drawn from other examples: as labels had, its labeled
+        // rows count (the plan's columns unread); as calibration labels it is refused.
+        let part = write(dir.path(), "part.csv", &format!("{head}x,0.5,3,30,0\ny,0.5,3,30,\nz,0.5,3,30,1\n"));
+        let had = crate::read_labeled(&part, &j).unwrap();
+        assert_eq!((had.index, had.labels, had.inclusion), (vec![0, 2], vec![0, 1], None));
+        assert!(read_calibration(&part, &j).is_err());
         let e = error("h.csv", &format!("{head}x,0.5,3,3,0\ny,0.5,3,3,1\nz,0.5,3,4,1\n"));
         assert!(e.contains("h.csv line 4: column `planned_from`: differs from the first row's 3"), "{e}");
     }
