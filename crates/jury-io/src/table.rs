@@ -760,7 +760,8 @@ fn whole_on_every_row(t: &Table, column: &str) -> Result<usize, IoError> {
             column,
             format!(
                 "differs from the first row's {first}: a plan's rows come from one `jury label-plan` (two plans \
-                 joined are no plan their inclusion probabilities describe; plan again with the whole budget)"
+                 joined are no plan their inclusion probabilities describe; plan again with the whole budget, or \
+                 plan more beside the labels had with `jury label-plan --labeled`)"
             ),
         ));
     }
