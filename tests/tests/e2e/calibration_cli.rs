@@ -169,8 +169,9 @@ fn planned_labels_calibrate_the_jury_and_correct_the_rate() {
     assert!(said.contains("under 20 the jury's PPI interval wider than labels-only's"), "{said}");
 }
 
-/// The judges' mean probability of class 1 of each example of `dir`'s judgments.csv.
-fn mean_probabilities(dir: &Path) -> Vec<(String, f64)> {
+/// The judges' mean probability of class 1 of each example of `dir`'s judgments.csv, the
+/// highest first.
+fn most_positive_first(dir: &Path) -> Vec<(String, f64)> {
     let mut sums: std::collections::BTreeMap<String, (f64, f64)> = std::collections::BTreeMap::new();
     for l in fs::read_to_string(dir.join("judgments.csv")).unwrap().lines().skip(1) {
         let f: Vec<&str> = l.split(',').collect();
@@ -178,7 +179,9 @@ fn mean_probabilities(dir: &Path) -> Vec<(String, f64)> {
         e.0 += f[2].parse::<f64>().unwrap();
         e.1 += 1.0;
     }
-    sums.into_iter().map(|(id, (s, n))| (id, s / n)).collect()
+    let mut by_p: Vec<(String, f64)> = sums.into_iter().map(|(id, (s, n))| (id, s / n)).collect();
+    by_p.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by_p
 }
 
 /// Labels for the examples the judges call most positive, given as a uniform draw (the
@@ -189,8 +192,7 @@ fn a_calibration_set_the_judges_show_was_not_drawn_is_reported() {
     let d = dir.path();
     simulated(d);
     let t = truth(d);
-    let mut by_p = mean_probabilities(d);
-    by_p.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let by_p = most_positive_first(d);
     // The 110 most positive and, so that both classes are there, the 10 least.
     let chosen = by_p[..110].iter().chain(&by_p[by_p.len() - 10..]);
     let mut text = String::from("example_id,label\n");
@@ -216,8 +218,7 @@ fn a_plan_of_more_beside_labels_had_keeps_them_and_the_rate_unbiased() {
     let d = dir.path();
     simulated(d);
     let t = truth(d);
-    let mut by_p = mean_probabilities(d);
-    by_p.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let by_p = most_positive_first(d);
     let mut had = String::from("example_id,label\n");
     by_p[..40].iter().for_each(|(id, _)| had.push_str(&format!("{id},{}\n", t[id])));
     let had_path = d.join("had.csv");
