@@ -161,15 +161,12 @@ impl RateEstimates {
             return Self::estimate_drawn(d, sample, seed);
         }
         let n = d.n_examples();
-        let mut position = vec![Some(0); n];
-        taken.iter().for_each(|&r| position[sample.index()[r]] = None);
-        let mut rest = Vec::with_capacity(n - taken.len());
-        for (i, at) in position.iter_mut().enumerate() {
-            if at.is_some() {
-                *at = Some(rest.len());
-                rest.push(i);
-            }
-        }
+        let mut is_taken = vec![false; n];
+        taken.iter().for_each(|&r| is_taken[sample.index()[r]] = true);
+        let rest: Vec<usize> = (0..n).filter(|&i| !is_taken[i]).collect();
+        // Each example's place among the rest (none for a taken one).
+        let mut position = vec![None; n];
+        rest.iter().enumerate().for_each(|(at, &i)| position[i] = Some(at));
         let among_rest = Sample::new(
             rest.len(),
             drawn.iter().filter_map(|&r| position[sample.index()[r]]).collect(),

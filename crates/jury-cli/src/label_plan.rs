@@ -23,16 +23,16 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// The plan to write: example_id, inclusion_probability, plan_size and planned_from
-    /// (how many examples it was drawn from), then, where the
-    /// judgments are a run's (`jury run`'s folder), the fields its judges read from the
-    /// data set; add a `label` column and pass it to `jury aggregate --calibration`.
+    /// (how many examples it was drawn from), then, where the judgments are a run's
+    /// (`jury run`'s folder), the fields its judges read from the data set; add a `label`
+    /// column and pass it to `jury aggregate --calibration`.
     #[arg(long)]
     out: PathBuf,
     /// Labels already had (a plan labeled in whole or in part, or any `example_id,label`
     /// file, however its examples were chosen: the disputed ones, the failures a team
     /// found): the plan keeps every labeled row, with its label at inclusion probability
-    /// 1, and adds --budget examples among the others. The rate is then theirs counted as they are plus the others'
-    /// estimate, unbiased whatever chose them.
+    /// 1, and adds --budget examples among the others. The rate is then theirs counted
+    /// as they are plus the others' estimate, unbiased whatever chose them.
     #[arg(long, value_name = "FILE")]
     labeled: Option<PathBuf>,
     /// Replace an existing plan file.
