@@ -30,7 +30,7 @@ mod sparse;
 pub use accuracy::{VerdictAccuracy, verdict_accuracy};
 pub use balance::{BALANCE_LIMIT, Balance, Covariate};
 pub use fit::Calibrated;
-pub use log_odds::LogOdds;
+pub use log_odds::{LogOdds, mean_judge_probabilities};
 pub use members::{Candidate, logistic_baseline, picked_judge};
 pub use plan::{Planned, plan_labels, plan_more_labels, uniform_sample};
 pub use rates::{ClassRates, Estimator, Interval, RateEstimates};

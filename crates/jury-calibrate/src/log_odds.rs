@@ -46,19 +46,8 @@ impl LogOdds {
     /// Reads `j` (binary) with the label-free recommended method's probability of class 1
     /// for each example.
     pub fn new(j: &Judgments, label_free: &[f64]) -> Result<Self, CalibrationError> {
-        if j.n_classes() != 2 {
-            return Err(CalibrationError::NotBinary(j.n_classes()));
-        }
-        let (n, k) = (j.n_examples(), j.n_judges());
-        let mut x = vec![0.0; n * k];
-        let mut present = vec![0; n];
-        for i in 0..n {
-            for (judge, p) in j.row(i) {
-                x[i * k + judge] = logit(p[1], CLIP);
-                present[i] += 1;
-            }
-        }
-        Self::build(n, k, x, present, label_free)
+        let (x, present) = dense(j)?;
+        Self::build(j.n_examples(), j.n_judges(), x, present, label_free)
     }
 
     /// From a row-major examples x judges matrix of log-odds, every judgment present.
@@ -167,13 +156,7 @@ impl LogOdds {
     /// half would make its surest examples look its least sure, and the plan would label
     /// them most.
     pub fn mean_judge_probabilities(&self) -> Vec<f64> {
-        (0..self.n)
-            .map(|i| {
-                let missing = (self.k - self.present[i]) as f64;
-                let sum = self.row(i).iter().map(|&x| sigmoid(x)).sum::<f64>() - 0.5 * missing;
-                if self.present[i] == 0 { 0.5 } else { sum / self.present[i] as f64 }
-            })
-            .collect()
+        (0..self.n).map(|i| mean_present(self.row(i), self.present[i])).collect()
     }
 
     /// Judge `k`'s share of positive votes over every example.
@@ -211,6 +194,41 @@ impl LogOdds {
     }
 }
 
+/// [`LogOdds::mean_judge_probabilities`] read straight from binary judgments, without the
+/// label-free posterior a [`LogOdds`] is built with: what `jury label-plan` follows, which
+/// needs nothing else.
+pub fn mean_judge_probabilities(j: &Judgments) -> Result<Vec<f64>, CalibrationError> {
+    let (x, present) = dense(j)?;
+    let k = j.n_judges();
+    Ok(present.iter().enumerate().map(|(i, &p)| mean_present(&x[i * k..(i + 1) * k], p)).collect())
+}
+
+/// Binary judgments as a row-major examples x judges matrix of clipped log-odds (0 where
+/// a judge did not judge), with how many judged each example.
+fn dense(j: &Judgments) -> Result<(Vec<f64>, Vec<usize>), CalibrationError> {
+    if j.n_classes() != 2 {
+        return Err(CalibrationError::NotBinary(j.n_classes()));
+    }
+    let (n, k) = (j.n_examples(), j.n_judges());
+    let mut x = vec![0.0; n * k];
+    let mut present = vec![0; n];
+    for i in 0..n {
+        for (judge, p) in j.row(i) {
+            x[i * k + judge] = logit(p[1], CLIP);
+            present[i] += 1;
+        }
+    }
+    Ok((x, present))
+}
+
+/// The mean probability of the `present` judges of one row of log-odds (its missing
+/// entries are 0, one half each, taken back out); one half where none judged.
+fn mean_present(row: &[f64], present: usize) -> f64 {
+    let missing = (row.len() - present) as f64;
+    let sum = row.iter().map(|&x| sigmoid(x)).sum::<f64>() - 0.5 * missing;
+    if present == 0 { 0.5 } else { sum / present as f64 }
+}
+
 pub(crate) fn logit(p: f64, clip: f64) -> f64 {
     let p = p.clamp(clip, 1.0 - clip);
     (p / (1.0 - p)).ln()
@@ -236,9 +254,11 @@ mod tests {
         for (judge, p) in [("j1", 0.95), ("j2", 0.85)] {
             b.push_binary("settled", judge, Some(p)).unwrap();
         }
-        let d = LogOdds::new(&b.build(), &[0.5, 0.9]).unwrap();
-        let m = d.mean_judge_probabilities();
+        let j = b.build();
+        let m = LogOdds::new(&j, &[0.5, 0.9]).unwrap().mean_judge_probabilities();
         assert!((m[0] - 3.3 / 6.0).abs() < 1e-9, "{m:?}");
         assert!((m[1] - 0.9).abs() < 1e-9, "{m:?}");
+        // Read without a label-free posterior: the same numbers, to the bit.
+        assert_eq!(mean_judge_probabilities(&j).unwrap(), m);
     }
 }

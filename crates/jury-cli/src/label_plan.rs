@@ -1,6 +1,6 @@
 //! `jury label-plan`: which examples to label for calibration. The plan is
-//! jury-study's (the label-free recommended method's uncertainty, jury-calibrate's
-//! draw), the planned examples' text jury-runner's (read from a run's data set); this
+//! jury-study's (the judges' mean probability's uncertainty, jury-calibrate's draw), the
+//! planned examples' text jury-runner's (read from a run's data set); this
 //! module reads the judgments and writes the plan.
 
 use std::collections::HashMap;
@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use jury_io::{PlanRow, read_judgments, write_atomic};
-use jury_study::{AggregateOptions, Settings};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -18,8 +17,7 @@ pub(crate) struct Args {
     /// How many examples to label.
     #[arg(long)]
     budget: usize,
-    /// Seeds the draw (and the label-free method's random starts); the same seed plans
-    /// the same examples.
+    /// Seeds the draw; the same seed plans the same examples.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// The plan to write: example_id, inclusion_probability, plan_size and planned_from
@@ -45,13 +43,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
         anyhow::bail!("{} exists: pass --force to replace it", args.out.display());
     }
     let judgments = read_judgments(&args.judgments)?;
-    let settings = Settings::new(&AggregateOptions { seed: args.seed, ..Default::default() })?;
     let had = args.labeled.as_deref().map(|p| jury_io::read_labeled(p, &judgments)).transpose()?;
     let context = || format!("planning {} labels for {}", args.budget, args.judgments.display());
     let plan = match &had {
-        None => jury_study::label_plan(&judgments, &settings, args.budget, args.seed).with_context(context)?,
-        Some(h) => jury_study::label_plan_more(&judgments, &settings, &h.index, args.budget, args.seed)
-            .with_context(context)?,
+        None => jury_study::label_plan(&judgments, args.budget, args.seed).with_context(context)?,
+        Some(h) => jury_study::label_plan_more(&judgments, &h.index, args.budget, args.seed).with_context(context)?,
     };
     let label_of: HashMap<&str, u8> = had
         .iter()

@@ -6,8 +6,8 @@
 
 use jury_aggregate::Aggregation;
 use jury_calibrate::{
-    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplayMethod, ReplaySettings, Sample, plan_labels,
-    plan_more_labels, replay, verdict_accuracy,
+    Balance, Calibrated, Candidate, LogOdds, RateEstimates, ReplayMethod, ReplaySettings, Sample,
+    mean_judge_probabilities, plan_labels, plan_more_labels, replay, verdict_accuracy,
 };
 use jury_core::{Judgments, Labels};
 use jury_io::{
@@ -152,16 +152,12 @@ pub(crate) fn calibrate(
 
 /// `budget` examples to label, with their inclusion probabilities: example id and
 /// probability, in the judgments' order. The uncertainty the plan follows is the judges'
-/// mean probability's, as the replay's planned draws use it.
-pub fn label_plan(
-    j: &Judgments,
-    settings: &Settings,
-    budget: usize,
-    seed: u64,
-) -> Result<Vec<(String, f64)>, StudyError> {
+/// mean probability's, as the replay's planned draws use it (no label-free method is
+/// fitted: the plan needs none).
+pub fn label_plan(j: &Judgments, budget: usize, seed: u64) -> Result<Vec<(String, f64)>, StudyError> {
     check_binary(j)?;
     check_budget(budget, j)?;
-    let p = plan_probabilities(j, settings)?;
+    let p = mean_judge_probabilities(j).map_err(calibration_error)?;
     let plan = plan_labels(&p, budget, seed).map_err(calibration_error)?;
     Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
 }
@@ -172,7 +168,6 @@ pub fn label_plan(
 /// unbiased).
 pub fn label_plan_more(
     j: &Judgments,
-    settings: &Settings,
     have: &[usize],
     budget: usize,
     seed: u64,
@@ -181,7 +176,7 @@ pub fn label_plan_more(
     if budget < 2 {
         return Err(StudyError::Option { flag: "--budget", reason: format!("{budget}: at least 2 labels are needed") });
     }
-    let p = plan_probabilities(j, settings)?;
+    let p = mean_judge_probabilities(j).map_err(calibration_error)?;
     let plan = plan_more_labels(&p, have, budget, seed).map_err(|e| match e {
         jury_calibrate::CalibrationError::BudgetBeyondUnlabeled { .. } => {
             StudyError::Option { flag: "--budget", reason: e.to_string() }
@@ -189,13 +184,6 @@ pub fn label_plan_more(
         other => calibration_error(other),
     })?;
     Ok(plan.into_iter().map(|p| (j.example_ids()[p.index].clone(), p.inclusion)).collect())
-}
-
-/// The probabilities a plan follows: the judges' mean probability of class 1 per example.
-fn plan_probabilities(j: &Judgments, settings: &Settings) -> Result<Vec<f64>, StudyError> {
-    let (_, p1, _) = settings.label_free(j)?;
-    let d = LogOdds::new(j, &p1).map_err(calibration_error)?;
-    Ok(d.mean_judge_probabilities())
 }
 
 /// Replays calibration sets of each budget drawn from `labels` (every example of `j` must
@@ -322,7 +310,7 @@ mod tests {
     use super::*;
 
     /// A plan or a replay for judgments of three classes is refused by `--judgments`,
-    /// before the label-free method runs.
+    /// before any fit.
     #[test]
     fn judgments_of_three_classes_are_refused_by_their_flag() {
         let mut b = jury_core::JudgmentsBuilder::new(3).unwrap();
@@ -331,7 +319,7 @@ mod tests {
         }
         let j = b.build();
         let settings = Settings::new(&crate::AggregateOptions::default()).unwrap();
-        let e = label_plan(&j, &settings, 2, 0).unwrap_err().to_string();
+        let e = label_plan(&j, 2, 0).unwrap_err().to_string();
         assert_eq!(e, "--judgments have 3 classes; calibration labels need judgments of two");
         let labels = Labels::new(3, vec![Some(0), Some(1), Some(2)]).unwrap();
         let e = calibration_replay(&j, &labels, &settings, &[2], 1, 0, &|_, _| {}).unwrap_err().to_string();
