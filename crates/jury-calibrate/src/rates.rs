@@ -154,9 +154,7 @@ impl RateEstimates {
     /// how they were chosen biases the rest. Rows drawn with a probability under 1 fewer
     /// than two: the sample as a whole.
     pub fn estimate(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
-        let pi = sample.inclusion();
-        let sure = |r: usize| pi[r] >= 1.0 - 1e-12;
-        let (taken, drawn): (Vec<usize>, Vec<usize>) = (0..sample.len()).partition(|&r| sure(r));
+        let (taken, drawn): (Vec<usize>, Vec<usize>) = (0..sample.len()).partition(|&r| sample.is_sure(r));
         if taken.is_empty() || drawn.len() < 2 {
             return Self::estimate_drawn(d, sample, seed);
         }
@@ -171,7 +169,7 @@ impl RateEstimates {
             rest.len(),
             drawn.iter().filter_map(|&r| position[sample.index()[r]]).collect(),
             drawn.iter().map(|&r| sample.labels()[r]).collect(),
-            Some(drawn.iter().map(|&r| pi[r]).collect()),
+            Some(drawn.iter().map(|&r| sample.inclusion()[r]).collect()),
         );
         let (Ok(among_rest), Ok(d_rest)) = (among_rest, d.restrict(&rest)) else {
             return Self::estimate_drawn(d, sample, seed);

@@ -74,6 +74,17 @@ impl Sample {
         &self.inclusion
     }
 
+    /// Whether labeled row `r` was sure to be in the sample (inclusion probability 1: a
+    /// label had beside a plan of more), so that it stands for no other example.
+    pub fn is_sure(&self, r: usize) -> bool {
+        self.inclusion[r] >= 1.0 - 1e-12
+    }
+
+    /// How many labeled rows were sure to be in the sample ([`Self::is_sure`]).
+    pub fn n_sure(&self) -> usize {
+        (0..self.len()).filter(|&r| self.is_sure(r)).count()
+    }
+
     /// Each labeled example's expansion factor `1 / (N q_i)`, `q_i = pi_i / n` its
     /// probability per draw: the Hansen-Hurwitz weight that makes a sample mean of
     /// `y_i * weight_i` unbiased for the population mean (1 for a uniform draw).

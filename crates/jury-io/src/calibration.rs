@@ -109,6 +109,11 @@ pub struct CalibrationMetrics {
     pub n_scoring_dropped: usize,
     /// `uniform`, or `planned` when the labels came with inclusion probabilities.
     pub sampling: String,
+    /// Calibration labels at inclusion probability 1 (the labels had that `jury label-plan
+    /// --labeled` keeps): counted as they are, every estimate drawn from the others.
+    /// Absent in files written before it.
+    #[serde(default)]
+    pub n_inclusion_one: usize,
     /// The label-free method the calibrated one starts from.
     pub label_free_method: String,
     /// The judge the calibration labels pick (most accurate on them).
@@ -154,8 +159,18 @@ impl CalibrationMetrics {
         format!(
             "{method}, fitted on {} calibration labels ({}) and every unlabeled judgment; without labels it would \
              be {label_free_why}",
-            self.n_calibration, self.sampling
+            self.n_calibration,
+            self.sampling_words()
         )
+    }
+
+    /// How the calibration labels were drawn, in words: `sampling`, and how many were sure
+    /// to be in the sample where some were.
+    pub fn sampling_words(&self) -> String {
+        match self.n_inclusion_one {
+            0 => self.sampling.clone(),
+            n => format!("{}, {n} of them at inclusion probability 1, counted as they are", self.sampling),
+        }
     }
 }
 

@@ -442,6 +442,7 @@ mod tests {
                 n_scored: 2,
                 n_scoring_dropped: 3,
                 sampling: "planned".into(),
+                n_inclusion_one: 1,
                 label_free_method: "ds".into(),
                 picked_judge: "a".into(),
                 stack: named(vec![("label-free", 0.5), ("lda", 0.0)]),

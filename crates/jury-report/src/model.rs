@@ -218,7 +218,10 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
             format!(
                 "{} ({}): `calibrated` is fitted on them and recommended; every accuracy is scored on the {} \
                  reference labels outside them ({} reference labels of calibration examples left out)",
-                c.n_calibration, c.sampling, c.n_scored, c.n_scoring_dropped
+                c.n_calibration,
+                c.sampling_words(),
+                c.n_scored,
+                c.n_scoring_dropped
             ),
         ));
         let stack: Vec<String> = c.stack.0.iter().map(|(m, w)| format!("{m} {w:.2}")).collect();
@@ -239,7 +242,7 @@ pub(crate) fn page(inputs: &Inputs) -> Result<Page, ReportError> {
                 format!(
                     "not drawn as stated ({}), by the judges: {}. The calibrated method and every rate below assume \
                      it was",
-                    c.sampling,
+                    c.sampling_words(),
                     b.summary()
                 ),
             ));

@@ -117,6 +117,7 @@ pub(crate) fn calibrate(
         n_scored,
         n_scoring_dropped,
         sampling: if calibration.inclusion.is_some() { "planned" } else { "uniform" }.to_owned(),
+        n_inclusion_one: sample.n_sure(),
         label_free_method: method.to_owned(),
         picked_judge: j.judge_names()[rates.picked_judge].clone(),
         stack: Named(fit.stack.iter().map(|(c, w)| (Candidate::name(*c).to_owned(), *w)).collect()),

@@ -277,7 +277,7 @@ impl<'a> Study<'a> {
                         "warning: the calibration examples do not look drawn as stated ({}): {}; the calibrated \
                          method and every rate assume a uniform draw or the inclusion probabilities given (`jury \
                          label-plan` writes them)",
-                        c.sampling,
+                        c.sampling_words(),
                         b.summary()
                     );
                 }

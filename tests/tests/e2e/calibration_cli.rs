@@ -256,6 +256,8 @@ fn a_plan_of_more_beside_labels_had_keeps_them_and_the_rate_unbiased() {
     let (m, said) = aggregate_calibrated(d, &cal, &[]);
     let c = &m["calibration"];
     assert_eq!((c["n_calibration"].as_u64(), c["sampling"].as_str()), (Some(140), Some("planned")), "{c}");
+    assert_eq!(c["n_inclusion_one"], 40, "{c}");
+    assert!(said.contains("140 calibration labels (planned, 40 of them at inclusion probability 1"), "{said}");
     assert_eq!(c["balance"]["plausible"], true, "{c}");
     assert!(!said.contains("warning: the calibration examples"), "{said}");
     let rate = t.values().filter(|v| *v == "1").count() as f64 / t.len() as f64;
