@@ -16,7 +16,7 @@ pub(crate) struct Args {
     /// adaptive` (adaptive.json).
     dir: PathBuf,
     /// The judgments the folder's results came from (default: DIR/judgments.csv, which
-    /// `jury run` writes).
+    /// `jury run` writes; a `jury aggregate` folder holds none: name the file it read).
     #[arg(long)]
     judgments: Option<PathBuf>,
     /// Reference labels (default: DIR/labels.csv when present).
@@ -47,6 +47,18 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     }
     let judgments_path = args.judgments.clone().unwrap_or_else(|| args.dir.join(layout::JUDGMENTS));
+    if args.judgments.is_none() && !judgments_path.is_file() {
+        // `jury aggregate` reads its judgments where they are and copies none into its
+        // folder; its marker names them.
+        if let Some(owner) = jury_io::Owner::of(&args.dir).filter(|o| o.command == "aggregate") {
+            anyhow::bail!(
+                "{}: no such file: `jury aggregate` leaves its judgments where they are (this folder's came from \
+                 {}); pass --judgments with them, and --labels with the labels it was scored on, if any",
+                judgments_path.display(),
+                owner.source
+            );
+        }
+    }
     let judgments = jury_io::read_judgments(&judgments_path)?;
     let labels = match or_in(&args.dir, args.labels, layout::LABELS) {
         Some(p) => Some(jury_io::read_labels(&p, &judgments)?.0),

@@ -833,6 +833,13 @@ fn aggregate_writes_a_report_and_jury_report_rewrites_it() {
     ]);
     assert!(without.status.success());
     assert_eq!(fs::read_to_string(out.join("report.html")).unwrap(), html, "the same inputs, the same page");
+    // Without --judgments: the folder holds none, and the error names where they came from.
+    let bare = jury(&["report", path_str(&out)]);
+    let err = String::from_utf8_lossy(&bare.stderr);
+    assert_eq!(bare.status.code(), Some(2), "{err}");
+    assert!(err.contains("`jury aggregate` leaves its judgments where they are"), "{err}");
+    assert!(err.contains(path_str(&sim.join("judgments.csv"))) && err.lines().count() == 1, "{err}");
+    assert_eq!(fs::read_to_string(out.join("report.html")).unwrap(), html, "the page was rewritten");
 }
 
 /// A crowd as sparse as it gets: 200,000 judges, each with one judgment on an example of

@@ -51,6 +51,13 @@ pub struct Owner {
     pub source: String,
 }
 
+impl Owner {
+    /// Who wrote `dir`, as its marker says (none where it has no readable marker).
+    pub fn of(dir: &Path) -> Option<Self> {
+        read_marker(dir).map(|(owner, _)| owner)
+    }
+}
+
 impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "`jury {}` of {}", self.command, self.source)
