@@ -12,8 +12,8 @@ use jury_report::{Inputs, REPORT_FILE, RunResults};
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// An output folder of `jury run` or `jury aggregate` (metrics.json, predictions.csv),
-    /// `jury winrate` (winrate.json), `jury rank` (ranking.json) or `jury simulate
-    /// adaptive` (adaptive.json).
+    /// `jury winrate` (winrate.json), `jury rank` (ranking.json), `jury simulate adaptive`
+    /// (adaptive.json) or `jury simulate calibration` (calibration.json).
     dir: PathBuf,
     /// The judgments the folder's results came from (default: DIR/judgments.csv, which
     /// `jury run` writes; a `jury aggregate` folder holds none: name the file it read).
@@ -34,11 +34,13 @@ fn or_in(dir: &Path, given: Option<PathBuf>, name: &str) -> Option<PathBuf> {
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
-    // A win-rate or ranking folder has its own page; aggregation's needs the judgments.
+    // A win-rate, ranking or replay folder has its own page; aggregation's needs the
+    // judgments.
     for (file, render) in [
         (layout::WINRATE, jury_report::render_winrate as fn(&Path) -> Result<String, jury_report::ReportError>),
         (layout::RANKING, jury_report::render_ranking),
         (layout::ADAPTIVE_REPLAY, jury_report::render_adaptive),
+        (layout::CALIBRATION_REPLAY, jury_report::render_calibration),
     ] {
         if args.dir.join(file).is_file() {
             jury_report::write_page(&args.dir, &render(&args.dir)?)?;

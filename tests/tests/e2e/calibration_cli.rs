@@ -398,6 +398,11 @@ fn replay_writes_calibration_json_in_its_contract_shape() {
     let again = jury(&[&args[..], &["--force"]].concat());
     assert!(again.status.success());
     assert_eq!(fs::read_to_string(out_dir.join("calibration.json")).unwrap(), text);
+    // `jury report` writes the same page again from calibration.json alone.
+    fs::remove_file(out_dir.join("report.html")).unwrap();
+    let report = jury(&["report", s(&out_dir)]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    assert_eq!(fs::read_to_string(out_dir.join("report.html")).unwrap(), page);
 }
 
 #[test]
