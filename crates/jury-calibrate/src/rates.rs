@@ -151,8 +151,10 @@ impl RateEstimates {
     /// the sample (inclusion 1: labels had beside a plan of more, `plan_more_labels`) are
     /// a take-all stratum: their labels are counted as they are and every estimator runs
     /// on the other examples and their draw alone, so they add no variance, and nothing in
-    /// how they were chosen biases the rest. Rows drawn with a probability under 1 fewer
-    /// than two: the sample as a whole.
+    /// how they were chosen biases the rest. Where the rows drawn with a probability under 1
+    /// are fewer than two, or all of one class (no [`Sample`] the fits and Rogan-Gladen's
+    /// class rates can read), the sample is estimated as a whole, every row counted as
+    /// drawn, as before the stratum.
     pub fn estimate(d: &LogOdds, sample: &Sample, seed: u64) -> Self {
         let (taken, drawn): (Vec<usize>, Vec<usize>) = (0..sample.len()).partition(|&r| sample.is_sure(r));
         if taken.is_empty() || drawn.len() < 2 {
